@@ -1,0 +1,26 @@
+"""repeat-hooks: stop LLM agents from calling the same tool over and over."""
+
+from .call import ToolCall, call_key, canonical_arguments
+from .decision import GuardEvent, Refusal, Stop
+from .guard import StopRepeatedCalls
+from .policy import Policy
+from .state import GuardState
+from .stop_reason import StopReason
+from .store import MemoryStore, StateStore
+
+__all__ = [
+    "GuardEvent",
+    "GuardState",
+    "MemoryStore",
+    "Policy",
+    "Refusal",
+    "StateStore",
+    "Stop",
+    "StopReason",
+    "StopRepeatedCalls",
+    "ToolCall",
+    "call_key",
+    "canonical_arguments",
+]
+
+__version__ = "0.1.0"

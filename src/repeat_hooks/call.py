@@ -1,0 +1,168 @@
+"""A tool call as the guard sees it, and the canonical key that says when two calls are the same.
+
+Two calls are the same when they name the same tool and their arguments have the same canonical
+JSON: object keys sorted at every depth, compact separators (``json.dumps(args, sort_keys=True,
+separators=(",", ":"))``). ``{"a":1,"b":2}``, ``{"b":2,"a":1}`` and the text ``'{"b": 2, "a": 1}'``
+are one call. The key is a digest: the guard's state never holds argument values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MAX_ARGUMENT_CHARS = 1_000_000
+"""Argument text longer than this is digested as it is, without parsing it as JSON."""
+
+_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+_CYCLE = '"<cycle>"'
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call the model asked for.
+
+    ``arguments`` is whatever the SDK hands over: a dict, JSON text, or any other value. ``call_id``
+    identifies one *delivery* of the call: a hook call delivered twice with the same ``call_id`` is
+    decided once. Give it only where it is unique within a session (``None`` turns that off).
+    """
+
+    name: str
+    arguments: Any = None
+    call_id: str | None = None
+
+
+def canonical_arguments(arguments: Any, ignore: Iterable[str] = ()) -> str:
+    """The canonical JSON text of ``arguments``, with the fields named in ``ignore`` dropped at any depth.
+
+    Never raises. JSON text is parsed first (text that is not JSON stays a string); NaN and
+    Infinity are kept as ``NaN``/``Infinity``; bytes are decoded as UTF-8; values JSON cannot hold
+    (sets, models, objects) get a stable form; cycles become ``"<cycle>"``; nesting of any depth
+    works. Text over ``MAX_ARGUMENT_CHARS`` is not parsed and stays one string.
+    """
+    ignored = frozenset(ignore)
+    value = _parse(arguments)
+    if not ignored:
+        try:
+            return _dumps(value)
+        except (TypeError, ValueError, RecursionError):
+            pass
+    return _encode(value, ignored)
+
+
+def call_key(name: str, arguments: Any, *, by_arguments: bool = True, ignore: Iterable[str] = ()) -> str:
+    """A 32-character digest naming the call: the tool, and its canonical arguments if ``by_arguments``."""
+    text = f"{name}\x00{canonical_arguments(arguments, ignore)}" if by_arguments else name
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _parse(arguments: Any) -> Any:
+    if isinstance(arguments, (bytes, bytearray, memoryview)):
+        arguments = bytes(arguments).decode("utf-8", "replace")
+    if isinstance(arguments, str):
+        if len(arguments) > MAX_ARGUMENT_CHARS:
+            return arguments
+        stripped = arguments.strip()
+        if stripped[:1] in ("{", "[", '"') or stripped in ("null", "true", "false"):
+            try:
+                return json.loads(stripped)
+            except (ValueError, RecursionError):
+                return arguments
+    return arguments
+
+
+def _encode(root: Any, ignored: frozenset[str]) -> str:
+    """Canonical JSON without recursion: same text as ``_dumps`` where ``_dumps`` works."""
+    out: list[str] = []
+    # The stack holds values to encode, or _Text to emit; a _Text that closes a container takes it off the path.
+    stack: list[Any] = [root]
+    on_path: set[int] = set()
+    while stack:
+        item = stack.pop()
+        if type(item) is _Text:
+            out.append(item.text)
+            if item.closes is not None:
+                on_path.discard(item.closes)
+            continue
+        value = _plain(item)
+        if isinstance(value, Mapping):
+            if id(value) in on_path:
+                out.append(_CYCLE)
+                continue
+            on_path.add(id(value))
+            items = sorted(
+                ((_key_text(k), v) for k, v in value.items() if _key_text(k) not in ignored), key=_first
+            )
+            stack.append(_Text("}", id(value)))
+            for index in range(len(items) - 1, -1, -1):
+                key, child = items[index]
+                stack.append(child)
+                stack.append(_Text(("," if index else "") + _dumps(key) + ":"))
+            out.append("{")
+        elif isinstance(value, (list, tuple)):
+            if id(value) in on_path:
+                out.append(_CYCLE)
+                continue
+            on_path.add(id(value))
+            stack.append(_Text("]", id(value)))
+            for index in range(len(value) - 1, -1, -1):
+                stack.append(value[index])
+                if index:
+                    stack.append(_Text(","))
+            out.append("[")
+        else:
+            out.append(_scalar(value))
+    return "".join(out)
+
+
+def _first(pair: tuple[str, Any]) -> str:
+    return pair[0]
+
+
+class _Text:
+    __slots__ = ("text", "closes")
+
+    def __init__(self, text: str, closes: int | None = None) -> None:
+        self.text = text
+        self.closes = closes
+
+
+def _key_text(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    return _scalar(_plain(key)) if not isinstance(key, (int, float, bool)) or key is None else json.dumps(key)
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-like stand-in for values JSON cannot hold."""
+    if value is None or isinstance(value, (str, int, float, dict, list, tuple)):
+        return value
+    if isinstance(value, Mapping):
+        return value
+    if isinstance(value, (set, frozenset)):
+        return sorted((_encode(v, frozenset()) for v in value))
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "replace")
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        try:
+            return dump(mode="json")
+        except Exception:  # noqa: BLE001 - a broken model still gets a stable key
+            pass
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    try:
+        return _dumps(value)
+    except (TypeError, ValueError):
+        return _dumps(repr(value))

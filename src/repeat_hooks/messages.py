@@ -1,0 +1,66 @@
+"""The default texts: what the model reads when a call is refused, and what the caller reads when a turn stops.
+
+Templates may use ``{tool}``, ``{count}`` and ``{limit}``; nothing else (checked at construction).
+"""
+
+from __future__ import annotations
+
+import string
+
+from .stop_reason import StopReason
+
+PLACEHOLDERS = frozenset({"tool", "count", "limit"})
+
+REFUSE_SAME_ARGUMENTS = (
+    "Refused: you already called {tool} with these exact arguments {limit} times in this turn, and its "
+    "result will not change before the turn ends. Do not call it again: use the earlier results, try "
+    "different arguments, or give your answer with what you know."
+)
+REFUSE_SAME_TOOL = (
+    "Refused: you already called {tool} {limit} times in this turn, and its result will not change before "
+    "the turn ends. Do not call it again: use the earlier results, or give your answer with what you know."
+)
+
+STOP_MESSAGES: dict[StopReason, str] = {
+    StopReason.REPEATED_CALL: (
+        "I stopped: I was about to call {tool} again with the same request, and its result would not "
+        "change. Ask me again later."
+    ),
+    StopReason.IGNORED_REFUSALS: (
+        "I stopped: I kept calling {tool}, and its result would not change in this turn. Ask me again later."
+    ),
+    StopReason.TOO_MANY_ERRORS: (
+        "I stopped: {count} tool calls failed in a row, the last one {tool}. Try again later."
+    ),
+    StopReason.MAX_STEPS: "I stopped: this turn reached its limit of {limit} model calls.",
+    StopReason.TIME: "I stopped: this turn used up its budget of {limit} seconds of model time.",
+    StopReason.COST: "I stopped: this turn used up its budget of {limit} US dollars.",
+}
+
+
+def check_template(template: str) -> str:
+    """``template`` itself, or ValueError naming a placeholder it may not use."""
+    try:
+        names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as error:
+        raise ValueError(f"is not a valid template: {error}") from None
+    unknown = names - PLACEHOLDERS
+    if unknown:
+        raise ValueError(
+            f"uses {', '.join(sorted('{' + n + '}' for n in unknown))}; a template may use only "
+            "{tool}, {count} and {limit}"
+        )
+    return template
+
+
+def render(template: str, tool: str | None, count: float, limit: float | None) -> str:
+    """``template`` with its placeholders filled in."""
+    return template.format(tool=tool or "a tool", count=_number(count), limit=_number(limit))
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "no"
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:g}"

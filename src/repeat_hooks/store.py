@@ -1,0 +1,75 @@
+"""Where a session's ``GuardState`` lives when it cannot live on the hook: the ``StateStore`` seam.
+
+A store does one thing: an atomic read-modify-write of one session's state, by key. Adapters call the
+policy's rules inside ``update``, so two hook calls of one session never interleave their counts,
+whichever task, thread or process runs them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Protocol, TypeVar, runtime_checkable
+
+from .state import GuardState
+
+T = TypeVar("T")
+
+
+@runtime_checkable
+class StateStore(Protocol):
+    """An atomic read-modify-write of one session's ``GuardState``."""
+
+    async def update(self, key: str, change: Callable[[GuardState], T]) -> T:
+        """Apply ``change`` to the state under ``key`` (a new ``GuardState`` if none), save it, return its result.
+
+        Atomic per key. ``change`` may run more than once (optimistic stores retry on conflict), so it
+        must depend on nothing but the state it is given.
+        """
+        ...
+
+    async def load(self, key: str) -> GuardState | None:
+        """The state under ``key``, or ``None``: for reading, never for deciding."""
+        ...
+
+
+class MemoryStore:
+    """In-process store: safe under concurrent asyncio tasks and threads, bounded by LRU eviction.
+
+    Keeps at most ``max_sessions`` states (seed 003's 1024 by default); the least recently used
+    session is forgotten first. Processes do not share it: use a shared store for that.
+    """
+
+    def __init__(self, max_sessions: int = 1024) -> None:
+        if max_sessions < 1:
+            raise ValueError(f"max_sessions must be at least 1, got {max_sessions}")
+        self.max_sessions = max_sessions
+        self._states: OrderedDict[str, GuardState] = OrderedDict()
+        self._lock = threading.Lock()
+
+    async def update(self, key: str, change: Callable[[GuardState], T]) -> T:
+        """See ``StateStore.update``. Runs ``change`` once, under a lock, on the stored state itself."""
+        return self.update_now(key, change)
+
+    def update_now(self, key: str, change: Callable[[GuardState], T]) -> T:
+        """``update`` for synchronous callers: the same atomic read-modify-write, without awaiting."""
+        with self._lock:
+            states = self._states
+            state = states.get(key)
+            if state is None:
+                state = states[key] = GuardState()
+                if len(states) > self.max_sessions:
+                    states.popitem(last=False)
+            else:
+                states.move_to_end(key)
+            return change(state)
+
+    async def load(self, key: str) -> GuardState | None:
+        """See ``StateStore.load``. Returns a copy: changing it changes nothing stored."""
+        with self._lock:
+            state = self._states.get(key)
+            return None if state is None else state.model_copy(deep=True)
+
+    def __len__(self) -> int:
+        return len(self._states)
