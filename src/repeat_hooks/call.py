@@ -95,9 +95,7 @@ def _encode(root: Any, ignored: frozenset[str]) -> str:
                 out.append(_CYCLE)
                 continue
             on_path.add(id(value))
-            items = sorted(
-                ((_key_text(k), v) for k, v in value.items() if _key_text(k) not in ignored), key=_first
-            )
+            items = sorted(((_key_text(k), v) for k, v in value.items() if _key_text(k) not in ignored), key=_first)
             stack.append(_Text("}", id(value)))
             for index in range(len(items) - 1, -1, -1):
                 key, child = items[index]
@@ -125,7 +123,7 @@ def _first(pair: tuple[str, Any]) -> str:
 
 
 class _Text:
-    __slots__ = ("text", "closes")
+    __slots__ = ("closes", "text")
 
     def __init__(self, text: str, closes: int | None = None) -> None:
         self.text = text
@@ -145,14 +143,14 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Mapping):
         return value
     if isinstance(value, (set, frozenset)):
-        return sorted((_encode(v, frozenset()) for v in value))
+        return sorted(_encode(v, frozenset()) for v in value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).decode("utf-8", "replace")
     dump = getattr(value, "model_dump", None)
     if callable(dump):
         try:
             return dump(mode="json")
-        except Exception:  # noqa: BLE001 - a broken model still gets a stable key
+        except Exception:
             pass
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}

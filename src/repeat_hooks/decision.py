@@ -53,7 +53,8 @@ class Delivery(NamedTuple):
 
     tool: str
     key: str
-    count: int
+    number: int
+    """The call's number for its key when it was decided."""
     refused: bool
     settled: bool
     """Its outcome was recorded (``post_tool_call``)."""

@@ -117,7 +117,7 @@ class Policy(BaseModel):
         if call_id is not None:
             seen = state.deliveries.get(call_id)
             if seen is not None:
-                return self._refusal(seen.tool, seen.count) if seen.refused else None
+                return self._refusal(seen.tool, seen.number) if seen.refused else None
         name = call.name
         if name in self.exempt:
             return None
@@ -273,17 +273,28 @@ class Policy(BaseModel):
         return Refusal(message=render(template, tool, count, limit), reason=StopReason.REPEATED_CALL)
 
     def _event(
-        self, state: GuardState, kind: Literal["refusal", "stop"], reason: StopReason, tool: str | None,
-        count: float, limit: float,
+        self,
+        state: GuardState,
+        kind: Literal["refusal", "stop"],
+        reason: StopReason,
+        tool: str | None,
+        count: float,
+        limit: float,
     ) -> None:
         state.record(
-            GuardEvent(kind=kind, reason=reason, tool=tool, count=count, limit=limit, turn_id=state.turn_id,
-                       turn=state.turn)
+            GuardEvent(
+                kind=kind, reason=reason, tool=tool, count=count, limit=limit, turn_id=state.turn_id, turn=state.turn
+            )
         )
         log = logger.info if kind == "refusal" else logger.warning
         log(
             "repeat_hooks %s: %s tool=%s count=%s limit=%s turn=%s",
-            kind, reason.value, tool, count, limit, state.turn_id if state.turn_id is not None else state.turn,
+            kind,
+            reason.value,
+            tool,
+            count,
+            limit,
+            state.turn_id if state.turn_id is not None else state.turn,
         )
 
 

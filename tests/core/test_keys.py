@@ -1,0 +1,114 @@
+"""Which calls are the same call, and hostile arguments that must never break the guard."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from repeat_hooks import StopRepeatedCalls, ToolCall, call_key, canonical_arguments
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"a": 1, "b": 2}, {"b": 2, "a": 1}, '{"b": 2, "a": 1}', ' {"a":1,"b":2}\n', b'{"b":2,"a":1}'],
+)
+def test_equivalent_spellings_have_one_canonical_form(arguments: Any) -> None:
+    assert canonical_arguments(arguments) == '{"a":1,"b":2}'
+
+
+def test_keys_are_sorted_at_every_depth() -> None:
+    assert canonical_arguments({"z": {"b": [{"d": 1, "c": 2}], "a": None}}) == '{"z":{"a":null,"b":[{"c":2,"d":1}]}}'
+
+
+def test_ignored_fields_drop_at_any_depth_and_nowhere_else() -> None:
+    text = canonical_arguments(
+        {"request_id": 1, "q": {"request_id": 2, "x": [{"request_id": 3, "y": 4}]}}, {"request_id"}
+    )
+    assert text == '{"q":{"x":[{"y":4}]}}'
+    assert canonical_arguments(["request_id"], {"request_id"}) == '["request_id"]'
+
+
+def test_the_slow_path_writes_what_json_dumps_writes() -> None:
+    value = {"b": [1, 2.5, "é", None, True, {"y": "\n", "x": -0.0}], "a": "\u2028"}
+    assert canonical_arguments(value, {"absent"}) == canonical_arguments(value)
+
+
+def test_a_key_is_a_digest_that_holds_no_argument_value() -> None:
+    key = call_key("send_payment", {"card": "4111 1111 1111 1111"})
+    assert len(key) == 32 and "4111" not in key
+    guard = StopRepeatedCalls()
+    guard.pre_tool_call(ToolCall("send_payment", {"card": "4111 1111 1111 1111"}, call_id="c1"))
+    guard.pre_tool_call(ToolCall("send_payment", {"card": "4111 1111 1111 1111"}))
+    guard.pre_tool_call(ToolCall("send_payment", {"card": "4111 1111 1111 1111"}))
+    dumped = guard.model_dump_json()
+    assert "4111" not in dumped and "send_payment" in dumped
+
+
+def test_match_tool_ignores_arguments() -> None:
+    assert call_key("t", {"a": 1}, by_arguments=False) == call_key("t", {"a": 2}, by_arguments=False)
+    assert call_key("t", {"a": 1}) != call_key("t", {"a": 2})
+    assert call_key("t", {}) != call_key("u", {})
+
+
+def deep(depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def cyclic() -> Any:
+    value: dict[str, Any] = {"a": 1}
+    value["self"] = value
+    return value
+
+
+@dataclass
+class Point:
+    x: int
+    y: int
+
+
+HOSTILE = {
+    "not json": "track FR-7731 please",
+    "broken json": '{"a": 1',
+    "nan": {"x": math.nan, "y": math.inf, "z": -math.inf},
+    "nan text": '{"x": NaN}',
+    "bytes": b"\xff\xfe raw",
+    "ten megabytes": "x" * 10_000_000,
+    "ten megabytes of json": '{"a": "' + "x" * 10_000_000 + '"}',
+    "deep": deep(10_000),
+    "deep json text": "[" * 10_000 + "]" * 10_000,
+    "deep dicts": {"a": deep(3_000), "b": {"c": deep(20_000)}},
+    "cycle": cyclic(),
+    "set": {"tags": {"b", "a"}},
+    "mixed keys": {1: "a", "1": "b", None: 2, (1, 2): 3},
+    "object": {"when": object()},
+    "dataclass": {"p": Point(1, 2)},
+    "none": None,
+    "number": 42,
+    "surrogate": "\ud800",
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_arguments_never_raise_and_get_a_stable_key(name: str) -> None:
+    arguments = HOSTILE[name]
+    guard = StopRepeatedCalls()
+    decisions = [guard.pre_tool_call(ToolCall("tool", arguments)) for _ in range(3)]
+    assert [d is None for d in decisions] == [True, True, False], "the same hostile call is still the same call"
+    assert call_key("tool", arguments) == call_key("tool", arguments)
+    guard.post_tool_call(ToolCall("tool", arguments), ok=False)
+
+
+def test_sets_are_keyed_by_content_not_order() -> None:
+    assert canonical_arguments({"s": {"a", "b", "c"}}) == canonical_arguments({"s": {"c", "b", "a"}})
+
+
+def test_a_cycle_and_a_deep_value_have_readable_canonical_forms() -> None:
+    assert canonical_arguments(cyclic()) == '{"a":1,"self":"<cycle>"}'
+    assert canonical_arguments(deep(3)) == "[[[0]]]"
+    assert canonical_arguments(deep(5_000)) == "[" * 5_000 + "0" + "]" * 5_000

@@ -1,0 +1,85 @@
+"""Property tests: exact round-trips, the same decisions after a round-trip, never an exception."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from repeat_hooks import StopRepeatedCalls, ToolCall
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4),
+    max_leaves=20,
+)
+
+events = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("tool"),
+            st.sampled_from(["a", "b", "c"]),
+            json_values | st.text(max_size=12),
+            st.none() | st.sampled_from(["i1", "i2", "i3", "i4"]),
+        ),
+        st.tuples(st.just("result"), st.sampled_from(["a", "b"]), st.booleans()),
+        st.tuples(st.just("llm"), st.floats(min_value=0, max_value=50), st.floats(min_value=0, max_value=0.02)),
+        st.tuples(st.just("turn"), st.sampled_from(["t1", "t2", None])),
+        st.tuples(st.just("check")),
+    ),
+    max_size=40,
+)
+
+policies = st.fixed_dictionaries(
+    {},
+    optional={
+        "match": st.sampled_from(["tool", "tool_and_arguments"]),
+        "max_calls": st.none() | st.integers(0, 3),
+        "count_failures": st.booleans(),
+        "max_refusals": st.none() | st.integers(0, 3),
+        "max_errors_in_a_row": st.none() | st.integers(1, 3),
+        "max_model_calls": st.none() | st.integers(1, 6),
+        "max_model_seconds": st.none() | st.floats(1, 100),
+        "max_cost_usd": st.none() | st.floats(0.001, 0.05),
+        "max_keys": st.integers(1, 4),
+        "ignore_arguments": st.sets(st.text(max_size=3), max_size=2),
+    },
+)
+
+
+def apply(guard: StopRepeatedCalls, event: tuple[Any, ...]) -> object:
+    kind = event[0]
+    if kind == "tool":
+        return guard.pre_tool_call(ToolCall(event[1], event[2], event[3]))
+    if kind == "result":
+        return guard.post_tool_call(ToolCall(event[1], {}), ok=event[2])
+    if kind == "llm":
+        return guard.post_llm_call(seconds=event[1], cost_usd=event[2])
+    if kind == "turn":
+        return guard.pre_agent_turn(event[1])
+    return guard.pre_llm_call()
+
+
+@settings(max_examples=150, deadline=None)
+@given(policies, events, st.integers(0, 40))
+def test_a_round_trip_at_any_point_decides_the_same(settings_: dict[str, Any], script: list[Any], cut: int) -> None:
+    original = StopRepeatedCalls(**settings_)
+    for event in script[:cut]:
+        apply(original, event)
+    restored = StopRepeatedCalls.model_validate_json(original.model_dump_json())
+    assert restored == original
+    assert restored.model_dump_json() == original.model_dump_json()
+    for event in script[cut:]:
+        assert apply(restored, event) == apply(original, event)
+    assert restored == original
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_values | st.text() | st.binary(max_size=20), st.text(max_size=10))
+def test_arbitrary_arguments_never_raise(arguments: Any, name: str) -> None:
+    guard = StopRepeatedCalls(max_calls=1, ignore_arguments={"x"})
+    first = guard.pre_tool_call(ToolCall(name, arguments))
+    second = guard.pre_tool_call(ToolCall(name, arguments))
+    assert first is None and second is not None
+    guard.post_tool_call(ToolCall(name, arguments), ok=False)

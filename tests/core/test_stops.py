@@ -1,0 +1,129 @@
+"""Ending the turn: each rule, its reason, its final message, and what happens after."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from repeat_hooks import StopReason, StopRepeatedCalls, ToolCall
+
+CALL = ToolCall("track_parcel", {"tracking_number": "FR-7731"})
+
+
+def refuse(guard: StopRepeatedCalls, times: int) -> None:
+    for _ in range(times):
+        assert guard.pre_tool_call(CALL) is not None
+
+
+def test_ignored_refusals_end_the_turn_at_the_next_model_call() -> None:
+    guard = StopRepeatedCalls(max_calls=0, max_refusals=3)
+    refuse(guard, 2)
+    assert guard.pre_llm_call() is None
+    refuse(guard, 1)
+    stop = guard.pre_llm_call()
+    assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
+    assert (
+        stop.message
+        == "I stopped: I kept calling track_parcel, and its result would not change in this turn. Ask me again later."
+    )
+
+
+def test_max_refusals_zero_ends_the_turn_at_the_first_refusal_as_a_repeated_call() -> None:
+    guard = StopRepeatedCalls(max_calls=1, max_refusals=0)
+    assert guard.pre_tool_call(CALL) is None
+    assert guard.pre_llm_call() is None
+    refuse(guard, 1)
+    stop = guard.pre_llm_call()
+    assert stop is not None and stop.reason is StopReason.REPEATED_CALL
+
+
+def test_max_refusals_none_never_ends_the_turn() -> None:
+    guard = StopRepeatedCalls(max_calls=0, max_refusals=None)
+    refuse(guard, 100)
+    assert guard.pre_llm_call() is None
+
+
+def test_model_calls_end_the_turn_with_max_steps() -> None:
+    guard = StopRepeatedCalls(max_model_calls=2)
+    guard.post_llm_call()
+    assert guard.pre_llm_call() is None
+    guard.post_llm_call()
+    stop = guard.pre_llm_call()
+    assert stop is not None and stop.reason is StopReason.MAX_STEPS
+    assert stop.message == "I stopped: this turn reached its limit of 2 model calls."
+
+
+def test_time_and_cost_use_recorded_figures() -> None:
+    timed = StopRepeatedCalls(max_model_seconds=3)
+    for seconds in (1.06, 0.877):
+        timed.post_llm_call(seconds=seconds)
+    assert timed.pre_llm_call() is None
+    timed.post_llm_call(seconds=1.373)  # 3.31 s > 3 s
+    stop = timed.pre_llm_call()
+    assert stop is not None and stop.reason is StopReason.TIME
+
+    costly = StopRepeatedCalls(max_cost_usd=0.0005)
+    costly.post_llm_call(cost_usd=0.0005)
+    assert costly.pre_llm_call() is None  # at the cap is not over it
+    costly.post_llm_call(cost_usd=0.0002)
+    stop = costly.pre_llm_call()
+    assert stop is not None and stop.reason is StopReason.COST
+    assert stop.message == "I stopped: this turn used up its budget of 0.0005 US dollars."
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), "soon", None])
+def test_bad_budget_figures_count_as_zero(bad: object) -> None:
+    guard = StopRepeatedCalls(max_model_seconds=1, max_cost_usd=1)
+    guard.post_llm_call(seconds=bad, cost_usd=bad)  # type: ignore[arg-type]
+    assert (guard.state.model_calls, guard.state.model_seconds, guard.state.cost_usd) == (1, 0.0, 0.0)
+    assert guard.pre_llm_call() is None
+
+
+def test_one_reason_when_several_rules_trip_behaviour_first() -> None:
+    guard = StopRepeatedCalls(max_calls=0, max_refusals=1, max_errors_in_a_row=1, max_model_calls=1)
+    refuse(guard, 1)
+    guard.post_tool_call(ToolCall("other"), ok=False)
+    guard.post_llm_call()
+    stop = guard.pre_llm_call()
+    assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
+    assert [e.kind for e in guard.events].count("stop") == 1
+
+
+def test_a_stopped_turn_stays_stopped_and_refuses_further_calls() -> None:
+    guard = StopRepeatedCalls(max_model_calls=1)
+    guard.post_llm_call()
+    first = guard.pre_llm_call()
+    assert first is not None and guard.pre_llm_call() == first
+    refusal = guard.pre_tool_call(ToolCall("anything", {"n": 1}))
+    assert refusal is not None and refusal.reason is StopReason.MAX_STEPS
+    assert "turn has ended" in refusal.message
+    assert [e.kind for e in guard.events] == ["stop"]
+
+
+def test_custom_stop_messages_replace_the_defaults() -> None:
+    guard = StopRepeatedCalls(
+        match="tool",
+        max_calls=0,
+        max_refusals=1,
+        stop_messages={StopReason.IGNORED_REFUSALS: "I stopped checking {tool}: the status did not change."},
+    )
+    refuse(guard, 1)
+    stop = guard.pre_llm_call()
+    assert stop is not None and stop.message == "I stopped checking track_parcel: the status did not change."
+
+
+def test_refusals_and_stops_are_logged_without_arguments(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="repeat_hooks")
+    guard = StopRepeatedCalls(max_calls=0, max_refusals=1)
+    guard.pre_tool_call(ToolCall("send", {"secret": "hunter2"}), turn_id="t9")
+    guard.pre_llm_call()
+    records = [r for r in caplog.records if r.name == "repeat_hooks"]
+    assert [r.levelname for r in records] == ["INFO", "WARNING"]
+    assert "refusal: repeated_call tool=send count=1 limit=0 turn=t9" in records[0].getMessage()
+    assert "stop: ignored_refusals" in records[1].getMessage()
+    assert all("hunter2" not in r.getMessage() for r in records)
+    assert [(e.kind, e.reason.value, e.tool) for e in guard.events] == [
+        ("refusal", "repeated_call", "send"),
+        ("stop", "ignored_refusals", "send"),
+    ]
