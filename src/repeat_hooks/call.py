@@ -90,31 +90,30 @@ def _encode(root: Any, ignored: frozenset[str]) -> str:
                 on_path.discard(item.closes)
             continue
         value = _plain(item)
+        if not isinstance(value, (Mapping, list, tuple)):
+            out.append(_scalar(value))
+            continue
+        ident = id(item)  # the original object: a stand-in built by _plain is new on every visit
+        if ident in on_path:
+            out.append(_CYCLE)
+            continue
+        on_path.add(ident)
         if isinstance(value, Mapping):
-            if id(value) in on_path:
-                out.append(_CYCLE)
-                continue
-            on_path.add(id(value))
-            items = sorted(((_key_text(k), v) for k, v in value.items() if _key_text(k) not in ignored), key=_first)
-            stack.append(_Text("}", id(value)))
+            keyed = ((_key_text(k), v) for k, v in value.items())
+            items = sorted(((k, v) for k, v in keyed if k not in ignored), key=_first)
+            stack.append(_Text("}", ident))
             for index in range(len(items) - 1, -1, -1):
                 key, child = items[index]
                 stack.append(child)
                 stack.append(_Text(("," if index else "") + _dumps(key) + ":"))
             out.append("{")
-        elif isinstance(value, (list, tuple)):
-            if id(value) in on_path:
-                out.append(_CYCLE)
-                continue
-            on_path.add(id(value))
-            stack.append(_Text("]", id(value)))
+        else:
+            stack.append(_Text("]", ident))
             for index in range(len(value) - 1, -1, -1):
                 stack.append(value[index])
                 if index:
                     stack.append(_Text(","))
             out.append("[")
-        else:
-            out.append(_scalar(value))
     return "".join(out)
 
 
@@ -131,9 +130,10 @@ class _Text:
 
 
 def _key_text(key: Any) -> str:
+    """An object key as JSON writes it: strings as they are, ``1``, ``1.5``, ``true``, ``null``."""
     if isinstance(key, str):
         return key
-    return _scalar(_plain(key)) if not isinstance(key, (int, float, bool)) or key is None else json.dumps(key)
+    return _scalar(key if key is None or isinstance(key, (int, float)) else _plain(key))
 
 
 def _plain(value: Any) -> Any:

@@ -112,3 +112,15 @@ def test_a_cycle_and_a_deep_value_have_readable_canonical_forms() -> None:
     assert canonical_arguments(cyclic()) == '{"a":1,"self":"<cycle>"}'
     assert canonical_arguments(deep(3)) == "[[[0]]]"
     assert canonical_arguments(deep(5_000)) == "[" * 5_000 + "0" + "]" * 5_000
+
+
+@dataclass
+class Node:
+    name: str
+    next: Any = None
+
+
+def test_a_cycle_through_objects_is_caught() -> None:
+    node = Node("a")
+    node.next = Node("b", node)
+    assert canonical_arguments({"n": node}) == '{"n":{"name":"a","next":{"name":"b","next":"<cycle>"}}}'
