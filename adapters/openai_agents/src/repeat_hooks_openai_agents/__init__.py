@@ -1,0 +1,42 @@
+"""repeat-hooks for the OpenAI Agents SDK (``openai-agents`` 0.24).
+
+::
+
+    from repeat_hooks import StopRepeatedCalls
+    from repeat_hooks_openai_agents import GuardHooks, guard_agent
+
+    agent = guard_agent(Agent(name="parcel-tracker", tools=[track_parcel]))   # once, shared
+    guard = StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)       # one per conversation
+    result = await Runner.run(agent, "Keep checking FR-7731", context=guard, hooks=GuardHooks())
+
+The guard lives in the run context (the context *is* the ``StopRepeatedCalls``, or your own object
+holds one in ``repeat_guard``). A tool input guardrail refuses repeated calls, the agent's
+``tool_use_behavior`` ends the turn with the guard's message, and ``GuardHooks`` starts turns and
+counts model calls. Save a paused run with ``RunState.to_json(context_serializer=context_serializer)``.
+"""
+
+from .agent import guard_agent
+from .behavior import EndTurn
+from .context import GUARD_ATTRIBUTE, context_deserializer, context_serializer, find_guard, require_guard
+from .guardrails import FailureCheck, is_sdk_error, record_outcome, refuse_repeats
+from .hooks import Clock, CostOf, GuardHooks, token_prices
+
+__all__ = [
+    "GUARD_ATTRIBUTE",
+    "Clock",
+    "CostOf",
+    "EndTurn",
+    "FailureCheck",
+    "GuardHooks",
+    "context_deserializer",
+    "context_serializer",
+    "find_guard",
+    "guard_agent",
+    "is_sdk_error",
+    "record_outcome",
+    "refuse_repeats",
+    "require_guard",
+    "token_prices",
+]
+
+__version__ = "0.1.0"

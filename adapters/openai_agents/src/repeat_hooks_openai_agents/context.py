@@ -1,0 +1,65 @@
+"""Where the guard lives: in the run context, so every run carries its own counters.
+
+The context you pass to ``Runner.run(..., context=...)`` is either the ``StopRepeatedCalls`` itself,
+or your own object holding one in a ``repeat_guard`` attribute. Nothing else is looked at, so one
+guarded agent can serve any number of concurrent runs, each with its own context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+from repeat_hooks import StopRepeatedCalls
+
+GUARD_ATTRIBUTE = "repeat_guard"
+"""The attribute of your own context object that holds its ``StopRepeatedCalls``."""
+
+
+def find_guard(context: Any) -> StopRepeatedCalls | None:
+    """The guard the run context holds: the context itself or its ``repeat_guard``; ``None`` if neither."""
+    if isinstance(context, StopRepeatedCalls):
+        return context
+    guard = getattr(context, GUARD_ATTRIBUTE, None)
+    return guard if isinstance(guard, StopRepeatedCalls) else None
+
+
+def require_guard(context: Any) -> StopRepeatedCalls:
+    """The guard the run context holds; raises ``TypeError`` saying how to pass one when there is none."""
+    guard = find_guard(context)
+    if guard is None:
+        raise TypeError(
+            "repeat-hooks: a guarded agent needs a StopRepeatedCalls in its run context: pass "
+            "Runner.run(agent, input, context=StopRepeatedCalls(...)), or a context object with a "
+            f"`{GUARD_ATTRIBUTE}` attribute holding one (got a context of type {type(context).__name__})"
+        )
+    return guard
+
+
+def context_serializer(context: Any) -> Mapping[str, Any]:
+    """Serialize a run context for ``RunState.to_json(context_serializer=...)``, guard state included.
+
+    Fires when the SDK saves a ``RunState`` (for example at a human-in-the-loop interruption) and
+    returns the context's full JSON dump. Without it the SDK dumps pydantic contexts with
+    ``exclude_unset=True``, which drops the guard's counters. Works for a ``StopRepeatedCalls``
+    context and for any pydantic model holding one; raises ``TypeError`` for other objects (write
+    your own serializer that dumps ``context.repeat_guard.model_dump(mode="json")``).
+    """
+    if isinstance(context, BaseModel):
+        return context.model_dump(mode="json")
+    raise TypeError(
+        "repeat-hooks: context_serializer handles pydantic contexts; for "
+        f"{type(context).__name__}, dump `{GUARD_ATTRIBUTE}.model_dump(mode='json')` yourself"
+    )
+
+
+def context_deserializer(data: Mapping[str, Any]) -> StopRepeatedCalls:
+    """Restore a ``StopRepeatedCalls`` context for ``RunState.from_json(context_deserializer=...)``.
+
+    Fires when the SDK loads a saved ``RunState``; returns the guard exactly as it was saved, so the
+    resumed turn keeps its counts. For your own pydantic context class, pass
+    ``context_deserializer=YourContext.model_validate`` instead.
+    """
+    return StopRepeatedCalls.model_validate(dict(data))

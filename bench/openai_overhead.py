@@ -1,0 +1,221 @@
+"""What the guard adds inside ``Runner.run`` of the OpenAI Agents SDK, measured side by side.
+
+One turn: a scripted model asks for 20 tool calls, one per response (all different, so none is
+refused), then answers: 21 model calls, 20 tool runs. The same turn runs on the plain agent and on
+``guard_agent(agent)`` with ``context=StopRepeatedCalls()`` and ``hooks=GuardHooks()``. The two are
+interleaved (alternating which goes first), many rounds; the figure is the median of the per-round
+ratios, so a noisy machine moves both sides alike. Times are this process's CPU time
+(``time.process_time``): with a scripted model the loop is CPU-bound, and other processes on a
+loaded machine then do not count. Target: at most 1.03x.
+
+Two more figures do not depend on a noisy machine: the adapter's own work in one such turn (20
+input guardrails, 20 output guardrails, 20 ``EndTurn`` checks, 21 ``on_llm_end``), each timed alone
+(best of several repeats), over the fastest plain turn; and the Python function calls a turn makes
+(``cProfile``), guarded over plain, which counts the SDK's extra guardrail plumbing too.
+
+    .venv/bin/python bench/openai_overhead.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import gc
+import pstats
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar, cast
+
+from agents import (
+    Agent,
+    AgentHookContext,
+    FunctionTool,
+    FunctionToolResult,
+    ModelResponse,
+    RunContextWrapper,
+    Runner,
+    ToolInputGuardrailData,
+    ToolOutputGuardrailData,
+    Usage,
+    function_tool,
+    set_tracing_disabled,
+)
+from agents.tool_context import ToolContext
+from repeat_hooks_openai_agents import EndTurn, GuardHooks, guard_agent
+from repeat_hooks_openai_agents.testing import ScriptedModel, message, tool_call
+
+from repeat_hooks import StopRepeatedCalls
+
+T = TypeVar("T")
+CALLS_PER_TURN = 20
+TURNS_PER_SAMPLE = 5
+ROUNDS = 31
+TARGET = 1.03
+
+
+@function_tool
+def track_parcel(tracking_number: str) -> str:
+    """The carrier's latest scan of a parcel."""
+    return f"{tracking_number}: in transit"
+
+
+def twenty_parcels(n: int, model: ScriptedModel) -> list[Any]:
+    if n % (CALLS_PER_TURN + 1) == CALLS_PER_TURN:
+        return [message("All parcels are in transit.")]
+    return [tool_call("track_parcel", {"tracking_number": f"FR-{n}"}, model.new_call_id())]
+
+
+def plain() -> Callable[[], Awaitable[None]]:
+    agent = Agent(name="parcel-tracker", model=ScriptedModel(then=twenty_parcels), tools=[track_parcel])
+
+    async def turn() -> None:
+        await Runner.run(agent, "Track my 20 parcels", max_turns=50)
+
+    return turn
+
+
+def guarded() -> Callable[[], Awaitable[None]]:
+    agent = guard_agent(Agent(name="parcel-tracker", model=ScriptedModel(then=twenty_parcels), tools=[track_parcel]))
+    hooks = GuardHooks()
+
+    async def turn() -> None:
+        guard = StopRepeatedCalls()
+        result = await Runner.run(agent, "Track my 20 parcels", context=guard, hooks=hooks, max_turns=50)
+        assert guard.state.refusals == 0 and result.final_output == "All parcels are in transit."
+
+    return turn
+
+
+async def sample(turn: Callable[[], Awaitable[None]]) -> float:
+    gc.collect()
+    started = time.process_time()
+    for _ in range(TURNS_PER_SAMPLE):
+        await turn()
+    return time.process_time() - started
+
+
+def best(function: Callable[[], object], number: int = 2000, repeat: int = 7) -> float:
+    """Seconds one call of ``function`` takes, best of ``repeat`` timings of ``number`` calls."""
+    timings = []
+    for _ in range(repeat):
+        started = time.process_time()
+        for _ in range(number):
+            function()
+        timings.append((time.process_time() - started) / number)
+    return min(timings)
+
+
+def adapter_seconds_per_turn() -> float:
+    """The adapter's own time in one 20-call turn, from its entry points timed alone."""
+    agent = guard_agent(Agent(name="parcel-tracker", tools=[track_parcel]))
+    tool = agent.tools[0]
+    assert isinstance(tool, FunctionTool) and tool.tool_input_guardrails and tool.tool_output_guardrails
+    refuse, record = tool.tool_input_guardrails[-1], tool.tool_output_guardrails[-1]
+    behavior = agent.tool_use_behavior
+    assert isinstance(behavior, EndTurn)
+    hooks = GuardHooks()
+    response = ModelResponse(output=[], usage=Usage(requests=1, input_tokens=100), response_id=None)
+    guard = StopRepeatedCalls(max_calls=10**9)  # counts every call, refuses none
+    wrapper = RunContextWrapper(context=guard)
+    numbers = iter(range(10**9))
+
+    def tool_context() -> ToolContext[Any]:
+        n = next(numbers)
+        arguments = f'{{"tracking_number": "FR-{n}"}}'
+        return ToolContext(guard, tool_name="track_parcel", tool_call_id=f"call_{n}", tool_arguments=arguments)
+
+    results = [FunctionToolResult(tool=tool, output="in transit", run_item=None)]
+    run_now(hooks.on_agent_start(AgentHookContext(context=guard), agent))
+    input_check = best(lambda: refuse.guardrail_function(ToolInputGuardrailData(tool_context(), agent)))
+    output_check = best(lambda: record.guardrail_function(ToolOutputGuardrailData(tool_context(), agent, "ok")))
+    end_check = best(lambda: run_now(behavior(wrapper, results)))
+    llm_end = best(lambda: run_now(hooks.on_llm_end(wrapper, agent, response)))
+    making_a_context = best(tool_context)  # the SDK's cost, paid with or without the guard
+    ours_per_call = input_check + output_check - 2 * making_a_context + end_check
+    return CALLS_PER_TURN * ours_per_call + (CALLS_PER_TURN + 1) * llm_end
+
+
+def run_now(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends, without an event loop (the SDK awaits it in its own)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    raise RuntimeError("suspended")
+
+
+def function_calls_per_turn(make: Callable[[], Callable[[], Awaitable[None]]], turns: int = 3) -> float:
+    """Python function calls one turn makes (deterministic: no clock involved)."""
+    turn = make()
+
+    async def run() -> None:
+        for _ in range(turns):
+            await turn()
+
+    asyncio.run(run())  # warm up: first-use caches
+    profile = cProfile.Profile()
+    profile.enable()
+    asyncio.run(run())
+    profile.disable()
+    return pstats.Stats(profile).total_calls / turns  # type: ignore[attr-defined,no-any-return]
+
+
+def main() -> None:
+    set_tracing_disabled(True)
+    plain_calls, guarded_calls = function_calls_per_turn(plain), function_calls_per_turn(guarded)
+    print(
+        f"function calls a turn: plain {plain_calls:,.0f}, guarded {guarded_calls:,.0f} "
+        f"= {guarded_calls / plain_calls:.4f}x"
+    )
+    own = adapter_seconds_per_turn()
+    base_times, guarded_times, ratios = asyncio.run(interleaved())
+    report(own, base_times, guarded_times, ratios)
+
+
+async def interleaved() -> tuple[list[float], list[float], list[float]]:
+    """Plain and guarded turns, alternately first: the time of each plain sample, each guarded one, each ratio."""
+    without, with_guard = plain(), guarded()
+    for _ in range(3):  # warm up both
+        await sample(without)
+        await sample(with_guard)
+    ratios: list[float] = []
+    base_times: list[float] = []
+    guarded_times: list[float] = []
+    for round_number in range(ROUNDS):
+        if round_number % 2:
+            guarded_time = await sample(with_guard)
+            base_time = await sample(without)
+        else:
+            base_time = await sample(without)
+            guarded_time = await sample(with_guard)
+        ratios.append(guarded_time / base_time)
+        base_times.append(base_time)
+        guarded_times.append(guarded_time)
+    return base_times, guarded_times, ratios
+
+
+def report(own: float, base_times: list[float], guarded_times: list[float], ratios: list[float]) -> None:
+    """Prints the figures."""
+    ratio = statistics.median(ratios)
+    per_turn = statistics.median(base_times) / TURNS_PER_SAMPLE
+    added = (ratio - 1) * per_turn / CALLS_PER_TURN
+    print(
+        f"Runner.run, {CALLS_PER_TURN} tool calls a turn, {ROUNDS} interleaved rounds of {TURNS_PER_SAMPLE} turns: "
+        f"median ratio guarded/plain = {ratio:.3f}x (target <= {TARGET}x); "
+        f"plain turn {per_turn * 1000:.1f} ms, guard adds ~{added * 1e6:.0f} us per tool call"
+    )
+    quartiles = statistics.quantiles(ratios, n=4)
+    print(
+        f"ratio quartiles: {quartiles[0]:.3f} / {quartiles[1]:.3f} / {quartiles[2]:.3f} (the machine's noise); "
+        f"fastest guarded / fastest plain sample = {min(guarded_times) / min(base_times):.3f}x"
+    )
+    fastest = min(base_times) / TURNS_PER_SAMPLE
+    print(
+        f"adapter's own work: {own * 1e6:.0f} us a turn ({own / CALLS_PER_TURN * 1e6:.1f} us per tool call) "
+        f"= {1 + own / fastest:.4f}x the fastest plain turn ({fastest * 1000:.1f} ms)"
+    )
+
+
+if __name__ == "__main__":
+    main()

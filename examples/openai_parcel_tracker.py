@@ -1,0 +1,130 @@
+"""Stop an agent that repeats itself: the parcel tracker on the OpenAI Agents SDK, with repeat-hooks.
+
+Ask a parcel-tracking agent to "keep checking until the parcel is delivered" and it polls the carrier
+in a loop, although the answer cannot change before it replies. The guard lets each turn call
+track_parcel twice, refuses the 3rd call with a message the model reads as the tool's output, and
+after 3 refusals ends the turn with its own message instead of another model call. A new turn starts
+a new count.
+
+    python examples/openai_parcel_tracker.py            # offline: a scripted model that keeps checking
+    python examples/openai_parcel_tracker.py --live     # OpenAI's API (the default when OPENAI_API_KEY is set)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+from typing import Any
+
+from agents import Agent, Runner, function_tool, set_tracing_disabled
+from repeat_hooks_openai_agents import GuardHooks, guard_agent
+from repeat_hooks_openai_agents.testing import ScriptedModel, message, tool_call
+
+from repeat_hooks import StopRepeatedCalls
+
+# --- The carrier, faked -----------------------------------------------------------------------------
+# In production, track_parcel calls the carrier's API. Here the parcel stays in transit, and TRACKED
+# records every call that reached the carrier.
+
+TRACKED: list[str] = []
+
+
+@function_tool
+def track_parcel(tracking_number: str) -> str:
+    """The carrier's latest scan of a parcel."""
+    print(f"carrier: tracked {tracking_number}")
+    TRACKED.append(tracking_number)
+    return f"{tracking_number}: in transit, last scan Lyon hub at 06:12"
+
+
+# --- The model ------------------------------------------------------------------------------------------
+
+
+def small_model(n: int, model: ScriptedModel) -> list[Any]:
+    """What small models do: told to keep checking, they keep checking; else check once and answer."""
+    items = model.requests[-1].input
+    last_user = next((i for i in reversed(items) if isinstance(i, dict) and i.get("role") == "user"), {})
+    checked = any(
+        isinstance(i, dict) and i.get("type") == "function_call_output" for i in items[items.index(last_user) :]
+    )
+    if "keep checking" in str(last_user.get("content", "")).lower() or not checked:
+        return [tool_call("track_parcel", {"tracking_number": "FR-7731"}, model.new_call_id())]
+    return [message("Parcel FR-7731 is still in transit: last scan at the Lyon hub at 06:12, not yet delivered.")]
+
+
+def make_tracker(live: bool) -> Agent[StopRepeatedCalls]:
+    """The guarded parcel tracker: OpenAI's model when ``live``, else the scripted small model."""
+    tracker = Agent[StopRepeatedCalls](
+        name="parcel-tracker",
+        instructions="You track parcels with track_parcel. Answer in at most two sentences.",
+        model="gpt-4.1-mini" if live else ScriptedModel(then=small_model),
+        tools=[track_parcel],
+    )
+    return guard_agent(tracker)
+
+
+# --- Showing what happened -------------------------------------------------------------------------------
+
+
+class ShowRefusals(GuardHooks):
+    """``GuardHooks`` that also print the guard's new refusals before each model call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shown = 0
+
+    async def on_llm_start(self, context: Any, agent: Any, system_prompt: Any, input_items: Any) -> None:
+        """Prints the refusals made since the last model call, then does what GuardHooks do."""
+        await super().on_llm_start(context, agent, system_prompt, input_items)
+        self.show(context.context)
+
+    def show(self, guard: StopRepeatedCalls) -> None:
+        """Prints the refusal events not shown yet."""
+        for event in guard.events[self.shown :]:
+            if event.kind == "refusal":
+                print(f"loop breaker: refused {event.tool}, call {event.count:g} of this turn")
+        self.shown = len(guard.events)
+
+
+async def turn(agent: Agent[StopRepeatedCalls], guard: StopRepeatedCalls, conversation: list[Any], text: str) -> None:
+    """Run one turn and say how it ended, and why."""
+    hooks = ShowRefusals()
+    hooks.shown = len(guard.events)
+    result = await Runner.run(agent, [*conversation, {"role": "user", "content": text}], context=guard, hooks=hooks)
+    hooks.show(guard)
+    conversation[:] = result.to_input_list()
+    stop = guard.state.stop
+    if stop is not None:
+        print(f"loop breaker: ended the turn ({stop.reason}) after {guard.state.model_calls} model calls")
+        print(f"agent (stopped: {stop.reason}): {result.final_output}")
+    else:
+        print(f"agent (answered): {result.final_output}")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--live", action="store_true", help="use OpenAI's API (needs OPENAI_API_KEY)")
+    parser.add_argument("--offline", action="store_true", help="use the scripted model even if a key is set")
+    args = parser.parse_args()
+    live = (args.live or bool(os.environ.get("OPENAI_API_KEY"))) and not args.offline
+    if live and not os.environ.get("OPENAI_API_KEY"):
+        parser.error("--live needs OPENAI_API_KEY")
+    if not live:
+        set_tracing_disabled(True)  # no key: nowhere to send traces
+    logging.basicConfig(level=logging.ERROR, format="%(name)s: %(message)s")  # the guard logs each refusal at INFO
+    print(f"model: {'OpenAI API (gpt-4.1-mini)' if live else 'scripted, offline'}")
+
+    agent = make_tracker(live)
+    guard = StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)  # seed 004: per tool, 2 calls a turn
+    conversation: list[Any] = []
+    print("--- turn 1")
+    await turn(agent, guard, conversation, "Parcel FR-7731 is due today. Keep checking until it is delivered.")
+    print("--- turn 2")
+    await turn(agent, guard, conversation, "Check FR-7731 once more.")
+    print(f"calls that reached the carrier: {len(TRACKED)}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

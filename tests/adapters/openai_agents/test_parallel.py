@@ -1,0 +1,141 @@
+"""Parallel tool calls in one response, and one guarded agent shared by concurrent runs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from agents import Agent, Runner, function_tool
+from repeat_hooks_openai_agents import GuardHooks, guard_agent
+from repeat_hooks_openai_agents.testing import ScriptedModel, keep_calling, tool_call
+
+from repeat_hooks import StopRepeatedCalls
+
+STOPPED = "I stopped: I kept calling track_parcel, and its result would not change in this turn. Ask me again later."
+
+
+def refused_ids(model: ScriptedModel) -> list[str]:
+    seen: dict[str, Any] = {}
+    for n in range(model.calls):
+        seen.update(model.outputs_received(n))
+    return sorted((cid for cid, text in seen.items() if str(text).startswith("Refused")), key=lambda c: int(c[5:]))
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_parallel_calls_are_counted_exactly_and_later_siblings_are_refused(streamed: bool) -> None:
+    reached: list[str] = []
+
+    @function_tool
+    async def track_parcel(tracking_number: str) -> str:
+        """Where the parcel is now."""
+        reached.append(tracking_number)
+        # Earlier siblings take longer: which call is refused must not depend on who finishes first.
+        await asyncio.sleep(0.03 if tracking_number == "FR-1" else 0.001)
+        return f"{tracking_number}: in transit"
+
+    def three_at_once(n: int, model: ScriptedModel) -> list[Any]:
+        return [tool_call("track_parcel", {"tracking_number": f"FR-{k}"}, model.new_call_id()) for k in (1, 2, 3)]
+
+    model = ScriptedModel(then=three_at_once)
+    agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[track_parcel]))
+    guard = StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)
+
+    if streamed:
+        result: Any = Runner.run_streamed(agent, "Track FR-1..3", context=guard, hooks=GuardHooks())
+        async for _ in result.stream_events():
+            pass
+    else:
+        result = await Runner.run(agent, "Track FR-1..3", context=guard, hooks=GuardHooks())
+
+    # Response 1: the first two listed run, the third is refused. Response 2: all three refused, which
+    # overshoots max_refusals within the batch; the turn ends before a 3rd model call.
+    assert sorted(reached) == ["FR-1", "FR-2"]
+    assert refused_ids(model) == ["call_3"]  # call_4..6 were refused too, but no model call saw them
+    assert model.calls == 2
+    assert guard.state.refusals == 4
+    assert result.final_output == STOPPED
+
+
+async def test_refused_sibling_is_the_same_on_every_run() -> None:
+    refused: set[tuple[str, ...]] = set()
+    for _ in range(5):
+        model = ScriptedModel(
+            [tool_call("track_parcel", {"tracking_number": n}, f"c{n}") for n in ("A", "B", "C", "D")],
+        )
+
+        @function_tool
+        async def track_parcel(tracking_number: str) -> str:
+            """Where the parcel is now."""
+            await asyncio.sleep(0.001 * (4 - ord(tracking_number[0]) + ord("A")))
+            return "in transit"
+
+        agent = guard_agent(Agent(name="p", model=model, tools=[track_parcel]))
+        guard = StopRepeatedCalls(match="tool", max_calls=2)
+        await Runner.run(agent, "Track A..D", context=guard, hooks=GuardHooks())
+        received = model.outputs_received(1)
+        refused.add(tuple(sorted(cid for cid, text in received.items() if text.startswith("Refused"))))
+    assert refused == {("cC", "cD")}
+
+
+async def test_one_guarded_agent_serves_concurrent_runs_with_their_own_counts() -> None:
+    reached: list[str] = []
+
+    @function_tool
+    async def track_parcel(tracking_number: str) -> str:
+        """Where the parcel is now."""
+        reached.append(tracking_number)
+        await asyncio.sleep(0.001)
+        return f"{tracking_number}: in transit"
+
+    # One shared agent and model; each run keeps calling its own parcel.
+    model = ScriptedModel(then=keep_calling("track_parcel", {"tracking_number": "X"}))
+    agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[track_parcel]))
+    guards = [StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3) for _ in range(8)]
+
+    results = await asyncio.gather(
+        *(Runner.run(agent, f"Keep checking parcel {i}", context=g, hooks=GuardHooks()) for i, g in enumerate(guards))
+    )
+
+    assert [r.final_output for r in results] == [STOPPED] * 8
+    assert len(reached) == 2 * 8  # each run reached the carrier exactly twice
+    assert [g.state.refusals for g in guards] == [3] * 8
+    assert [g.state.model_calls for g in guards] == [5] * 8
+    assert model.calls == 5 * 8
+
+
+async def test_a_run_without_a_guard_in_its_context_fails_loudly(carrier: Any) -> None:
+    model = ScriptedModel(then=keep_calling("track_parcel", {"tracking_number": "X"}))
+    agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[carrier.tool]))
+
+    with pytest.raises(TypeError, match="needs a StopRepeatedCalls in its run context"):
+        await Runner.run(agent, "Keep checking", context={"user": "u1"}, hooks=GuardHooks())
+    assert carrier.calls == []
+
+
+async def test_the_guard_may_sit_in_your_own_context(carrier: Any) -> None:
+    class AppContext:
+        def __init__(self) -> None:
+            self.user_id = "u1"
+            self.repeat_guard = StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)
+
+    model = ScriptedModel(then=keep_calling("track_parcel", {"tracking_number": "X"}))
+    agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[carrier.tool]))
+    context = AppContext()
+
+    result = await Runner.run(agent, "Keep checking", context=context, hooks=GuardHooks())
+
+    assert result.final_output == STOPPED
+    assert carrier.calls == ["X", "X"]
+    assert context.repeat_guard.state.refusals == 3
+
+
+def test_guarding_leaves_the_original_agent_and_tools_untouched(carrier: Any) -> None:
+    original = Agent(name="parcel-tracker", tools=[carrier.tool])
+    guarded = guard_agent(original)
+    twice = guard_agent(guarded)
+
+    assert original.tools == [carrier.tool] and carrier.tool.tool_input_guardrails is None
+    assert original.tool_use_behavior == "run_llm_again"
+    assert guarded is not original and guarded.tools[0] is not carrier.tool
+    assert [g.get_name() for g in twice.tools[0].tool_input_guardrails or []] == ["repeat_hooks"]  # type: ignore[union-attr]
