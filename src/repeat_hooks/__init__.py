@@ -6,7 +6,7 @@ from .guard import StopRepeatedCalls
 from .policy import Policy
 from .state import GuardState
 from .stop_reason import StopReason
-from .store import MemoryStore, StateStore
+from .store import MemoryStore, StateStore, StoreContention, StoreUnavailable
 
 __all__ = [
     "GuardEvent",
@@ -18,6 +18,8 @@ __all__ = [
     "Stop",
     "StopReason",
     "StopRepeatedCalls",
+    "StoreContention",
+    "StoreUnavailable",
     "ToolCall",
     "call_key",
     "canonical_arguments",

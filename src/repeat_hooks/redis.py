@@ -2,35 +2,51 @@
 
 Install the extra: ``pip install 'repeat-hooks[redis]'`` (redis-py, asyncio API).
 
-How an update stays atomic without locks: each session is one Redis hash, ``{t: token, s: state JSON}``,
-where ``t`` is a random token replaced on every write. ``update`` runs ``change`` on the state it knows,
-then a Lua script writes the result only if the stored token is still the one it read (compare-and-set),
-and sets the TTL in the same step. On a conflict the script answers with the current token and state,
-so the retry needs no extra read. The store remembers the last token and state it saw per session (a
-small LRU), so a process that keeps serving a session decides in **one** round trip; a session last
-written elsewhere, or not seen before, takes **two** (a read, then the write). ``change`` may therefore
-run more than once, which the ``StateStore`` protocol allows: it must depend only on its argument.
+How an update stays atomic: each session is one Redis hash, ``{t: token, s: state JSON}``, where ``t`` is
+a random token replaced on every write. ``update`` runs ``change`` on the state it knows, then a Lua
+script writes the result only if the stored token is still the one that state came with
+(compare-and-set), and sets the TTL in the same step. On a conflict the script answers with the current
+token and state, so the retry needs no extra read. The store remembers the last token and state it
+wrote per session (a small LRU), so a process that keeps serving a session decides in **one** round
+trip. A session not seen before takes **two** (a read, then the write), and so does one that other
+processes write too: once the store has seen someone else's write to a session, it reads before
+deciding, rather than decide on a state that is likely stale (until a read shows nobody else wrote).
+
+Under contention, optimism wastes work: every lost attempt parses, decides and serializes for nothing,
+and an unlucky writer could lose forever. So an update that loses ``LEASE_AFTER`` times in a row, or
+meets a lease, takes the session's **lease** instead: a script grants it to one writer at a time (with
+the current state) and holds off the others' writes until that writer's compare-and-set releases it,
+or ``LEASE_MS`` passes if the writer died. Waiters poll with a tiny request and compute nothing until
+it is their turn. ``change`` may still run more than once, which the ``StateStore`` protocol allows: it
+must depend only on its argument.
+
+Within one process, updates of a session that arrive while a write of it is in flight are queued and
+written together by the next write, in the order they came (a group commit): ten parallel tool calls
+of a session cost one or two round trips, not ten, and never race each other.
+
+Needs Redis >= 5 (the scripts read the server's clock before writing).
 
 Failures: an unreachable, timed-out or erroring Redis raises ``StoreUnavailable``; a session too
-contended to update within ``max_attempts`` raises ``StoreContention`` (a ``StoreUnavailable``). The
-adapters decide what a failed decision means (fail open or fail closed); the store never guesses.
+contended to update (``max_attempts`` lost compare-and-sets, or ``max_wait`` seconds waiting for
+leases) raises ``StoreContention``, a ``StoreUnavailable``. The adapters decide what a failed decision
+means (fail open or fail closed); the store never guesses.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 import secrets
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 try:
     from redis.asyncio import Redis
     from redis.asyncio.retry import Retry
-    from redis.backoff import ExponentialWithJitterBackoff
-    from redis.exceptions import RedisError
+    from redis.backoff import ExponentialBackoff
+    from redis.exceptions import NoScriptError, RedisError
 except ImportError as error:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         "repeat_hooks.redis needs redis-py (>= 5.0): install it with pip install 'repeat-hooks[redis]'"
@@ -39,44 +55,64 @@ except ImportError as error:  # pragma: no cover - exercised in a subprocess by 
 from pydantic import ValidationError
 
 from .state import GuardState
+from .store import StoreContention, StoreUnavailable
 
 __all__ = ["DEFAULT_PREFIX", "DEFAULT_TTL", "RedisStore", "StoreContention", "StoreUnavailable"]
 
 T = TypeVar("T")
+_Waiting = tuple[Callable[[GuardState], Any], "asyncio.Future[Any]"]
+"""A queued update: its change, and the future its caller awaits."""
 
 DEFAULT_PREFIX = "repeat-hooks:"
 """Prepended to every session key."""
 DEFAULT_TTL = 86400.0
 """Seconds a session's state lives after its last write (one day)."""
 
-# KEYS[1]: the session's hash. ARGV: the token read ('' = no state), a new token, the state JSON, TTL ms.
-# Writes and sets the TTL only if the token is unchanged: returns {1}. Otherwise returns {0} (no state
-# stored) or {0, token, state}, the current value, so the caller can retry without reading again.
-_COMPARE_AND_SET = """
-local current = redis.call('HMGET', KEYS[1], 't', 's')
-local token = current[1]
-if not token then token = '' end
-if token ~= ARGV[1] then
-  if token == '' then return {0} end
-  return {0, token, current[2]}
-end
+LEASE_AFTER = 2
+"""Compare-and-sets an update may lose in a row before it asks for the session's lease."""
+LEASE_MS = 500
+"""The longest a lease holds off other writers, in milliseconds (if its holder died, say)."""
+LEASE_POLL = 0.001
+"""Seconds (at most; at least half) between two requests for a lease another writer holds."""
+
+# Both scripts work on KEYS[1], the session's hash: {t: token, s: state JSON, l: lease owner, x: lease
+# expiry in ms of the server's clock}. A lease whose expiry has passed counts as no lease.
+_PREAMBLE = """
+if redis.replicate_commands then redis.replicate_commands() end
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local current = redis.call('HMGET', KEYS[1], 't', 's', 'l', 'x')
+local lease = current[3]
+if lease and tonumber(current[4]) <= ms then lease = false end
+"""
+# ARGV: the token the state came with ('' = none stored), a new token, the new state JSON, TTL ms, the
+# caller's lease owner id ('' = none). Answers {1}: written, TTL set, any lease released. {0, token, state}:
+# the token changed (a conflict): the current token and state, to retry from. {2}: another writer holds
+# the lease: nothing written.
+_COMPARE_AND_SET = (
+    _PREAMBLE
+    + """
+if lease and lease ~= ARGV[5] then return {2} end
+local token = current[1] or ''
+if token ~= ARGV[1] then return {0, token, current[2] or ''} end
 redis.call('HSET', KEYS[1], 't', ARGV[2], 's', ARGV[3])
+if current[3] then redis.call('HDEL', KEYS[1], 'l', 'x') end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return {1}
 """
-
-
-class StoreUnavailable(RuntimeError):
-    """The store could not decide: Redis is unreachable, timed out, answered an error, or holds a state
-    that is not a ``GuardState``. The cause is chained (``__cause__``).
-
-    After a timeout or a lost connection, the write may or may not have happened. Adapters catch this
-    to fail open (let the call run, log the error) or fail closed (refuse it).
-    """
-
-
-class StoreContention(StoreUnavailable):
-    """Other writers kept changing the session: ``max_attempts`` compare-and-set attempts all lost."""
+)
+# ARGV: the caller's lease owner id, lease ms, TTL ms. Answers {1, token, state}: the caller holds the
+# lease now, and this is the state to decide on. {2}: another writer holds it.
+_TAKE_LEASE = (
+    _PREAMBLE
+    + """
+if lease and lease ~= ARGV[1] then return {2} end
+redis.call('HSET', KEYS[1], 'l', ARGV[1], 'x', ms + tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {1, current[1] or '', current[2] or ''}
+"""
+)
+_SHA = {script: hashlib.sha1(script.encode()).hexdigest() for script in (_COMPARE_AND_SET, _TAKE_LEASE)}
 
 
 class RedisStore:
@@ -90,11 +126,13 @@ class RedisStore:
         client: a ``redis.asyncio.Redis``; either ``decode_responses`` setting works.
         prefix: prepended to every key (``"repeat-hooks:"``).
         ttl: seconds the state lives after its last write; every write sets it again.
-        max_attempts: compare-and-set attempts per update before ``StoreContention``.
+        max_attempts: compare-and-sets an update may lose before ``StoreContention``.
+        max_wait: seconds an update may wait for other writers' leases before ``StoreContention``.
         cache_size: sessions whose last seen state is kept for one-round-trip updates; ``0`` turns it off.
 
     Raises:
-        ValueError: ``ttl`` is not positive, ``max_attempts`` is below 1 or ``cache_size`` is negative.
+        ValueError: ``ttl`` or ``max_wait`` is not positive, ``max_attempts`` is below 1 or ``cache_size``
+            is negative.
     """
 
     def __init__(
@@ -103,11 +141,14 @@ class RedisStore:
         *,
         prefix: str = DEFAULT_PREFIX,
         ttl: float = DEFAULT_TTL,
-        max_attempts: int = 64,
+        max_attempts: int = 16,
+        max_wait: float = 5.0,
         cache_size: int = 1024,
     ) -> None:
         if not ttl > 0:
             raise ValueError(f"ttl must be positive (seconds), got {ttl!r}")
+        if not max_wait > 0:
+            raise ValueError(f"max_wait must be positive (seconds), got {max_wait!r}")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         if cache_size < 0:
@@ -116,15 +157,18 @@ class RedisStore:
         self.prefix = prefix
         self.ttl = ttl
         self.max_attempts = max_attempts
+        self.max_wait = max_wait
         self.cache_size = cache_size
         self.conflicts = 0
-        """Compare-and-set attempts lost to another writer, since this store was made (for monitoring)."""
+        """Compare-and-sets lost to another writer since this store was made (for monitoring and tests)."""
+        self.leases = 0
+        """Leases this store took because a session was contended (for monitoring and tests)."""
         self._ttl_ms = max(1, round(ttl * 1000))
-        self._script = client.register_script(_COMPARE_AND_SET)
-        self._cache: OrderedDict[str, tuple[str, str]] = OrderedDict()
-        self._locks: weakref.WeakValueDictionary[tuple[asyncio.AbstractEventLoop, str], asyncio.Lock] = (
-            weakref.WeakValueDictionary()
-        )
+        self._loaded: set[str] = set()
+        self._cache: OrderedDict[str, tuple[str, str, bool]] = OrderedDict()
+        """Per session: the token and state JSON last seen, and whether others write it too (``shared``)."""
+        self._queues: dict[tuple[asyncio.AbstractEventLoop, str], list[_Waiting]] = {}
+        self._writers: set[asyncio.Task[None]] = set()
         self._owns_client = False
 
     @classmethod
@@ -134,7 +178,8 @@ class RedisStore:
         *,
         prefix: str = DEFAULT_PREFIX,
         ttl: float = DEFAULT_TTL,
-        max_attempts: int = 64,
+        max_attempts: int = 16,
+        max_wait: float = 5.0,
         cache_size: int = 1024,
         timeout: float = 1.0,
         **client_options: Any,
@@ -148,11 +193,11 @@ class RedisStore:
         options: dict[str, Any] = {
             "socket_timeout": timeout,
             "socket_connect_timeout": timeout,
-            "retry": Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.1), retries=1),
+            "retry": Retry(ExponentialBackoff(cap=0.1, base=0.01), retries=1),
         }
         options.update(client_options)
         client = Redis.from_url(url, **options)
-        store = cls(client, prefix=prefix, ttl=ttl, max_attempts=max_attempts, cache_size=cache_size)
+        store = cls(client, prefix=prefix, ttl=ttl, max_attempts=max_attempts, max_wait=max_wait, cache_size=cache_size)
         store._owns_client = True
         return store
 
@@ -160,46 +205,31 @@ class RedisStore:
         """Apply ``change`` to the state under ``key`` (a new ``GuardState`` if none), save it, return its result.
 
         Atomic across processes: the state is written only if nobody wrote it since it was read, else
-        ``change`` runs again on the newer state (so it must depend on nothing but its argument). Each
-        write sets the TTL. Uncontended: one round trip when this store wrote the session last, two
-        otherwise. Updates of one key from one store are queued, not raced.
+        ``change`` runs again on the newer state (so it must depend on nothing but its argument); a
+        contended session is taken by lease (see the module doc). Each write sets the TTL. Uncontended:
+        one round trip when this store alone has been writing the session, two otherwise (at most three
+        after Redis restarted, to teach it the script again). Updates of one session made
+        through one store while a write is in flight are queued and written together, in order, by the
+        next write (a group commit), so parallel tool calls of a session cost one round trip, not N.
 
         Raises:
             StoreUnavailable: Redis is unreachable, timed out or answered an error, or the stored value
                 is not a ``GuardState``. A write cut off by a timeout may still have happened.
-            StoreContention: ``max_attempts`` attempts lost to other writers.
+            StoreContention: other writers kept the session busy past ``max_attempts`` or ``max_wait``.
             Exception: whatever ``change`` raises, with nothing written.
         """
         name = self.prefix + key
-        async with self._lock(name):
-            known = self._cache.get(name)
-            if known is not None:
-                token, raw = known
-            else:
-                token, raw = await self._read(name)
-            for attempt in range(self.max_attempts):
-                state = self._parse(name, raw)
-                result = change(state)
-                new_raw = state.model_dump_json()
-                new_token = secrets.token_hex(8)
-                try:
-                    reply = await self._script(keys=[name], args=[token, new_token, new_raw, self._ttl_ms])
-                except RedisError as error:
-                    self._cache.pop(name, None)
-                    raise StoreUnavailable(f"Redis failed while updating {name!r}: {error}") from error
-                if int(reply[0]) == 1:
-                    self._remember(name, new_token, new_raw)
-                    return result
-                token = _text(reply[1]) if len(reply) > 1 else ""
-                if token == new_token:  # our write landed; the client resent it after losing the reply
-                    self._remember(name, new_token, new_raw)
-                    return result
-                raw = _text(reply[2]) if len(reply) > 2 else ""
-                self.conflicts += 1
-                if attempt >= 1:  # a second loss in a row: back off a little, with jitter
-                    await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
-            self._cache.pop(name, None)
-            raise StoreContention(f"{name!r} changed under every one of {self.max_attempts} attempts to update it")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        slot = (loop, name)
+        queue = self._queues.get(slot)
+        if queue is None:  # nobody is writing this session from this store: start a writer
+            queue = self._queues[slot] = []
+            writer = loop.create_task(self._drain(slot, queue))
+            self._writers.add(writer)
+            writer.add_done_callback(self._writers.discard)
+        queue.append((change, future))
+        return cast(T, await future)
 
     async def load(self, key: str) -> GuardState | None:
         """The state under ``key``, or ``None`` if there is none (never written, or expired): one round trip.
@@ -226,27 +256,157 @@ class RedisStore:
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _lock(self, name: str) -> asyncio.Lock:
-        """The lock that queues this store's updates of ``name`` within the running event loop."""
-        slot = (asyncio.get_running_loop(), name)
-        lock = self._locks.get(slot)
-        if lock is None:
-            lock = self._locks[slot] = asyncio.Lock()
-        return lock
+    async def _drain(self, slot: tuple[asyncio.AbstractEventLoop, str], queue: list[_Waiting]) -> None:
+        """The one writer of a session for this store and loop: commits what is queued, batch after batch.
+
+        Updates queued while a batch is in flight form the next batch (a group commit), applied in the
+        order they came. Stops when the queue is empty; never leaves a caller waiting.
+        """
+        name = slot[1]
+        batch: list[_Waiting] = []
+        try:
+            while queue:
+                batch = [waiting for waiting in queue if not waiting[1].done()]  # skip cancelled callers
+                queue.clear()
+                if batch:
+                    await self._commit(name, batch)
+        except BaseException as error:  # cancelled (the loop is closing), or a bug: fail the waiters
+            for _, future in [*batch, *queue]:
+                if not future.done():
+                    if isinstance(error, asyncio.CancelledError):
+                        future.cancel()
+                    else:
+                        future.set_exception(error)
+            raise
+        finally:
+            del self._queues[slot]
+
+    async def _commit(self, name: str, batch: list[_Waiting]) -> None:
+        """Apply ``batch``'s changes in order, in one atomic write; settle each caller's future."""
+        changes = [change for change, _ in batch]
+        try:
+            outcomes = await self._write(name, changes)
+        except Exception as error:  # StoreUnavailable, StoreContention: every caller of the batch gets it
+            outcomes = [(False, error)] * len(batch)
+        for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
+            if not future.done():
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(value)
+
+    async def _write(self, name: str, changes: list[Callable[[GuardState], Any]]) -> list[tuple[bool, Any]]:
+        """The optimistic loop, then the lease: write ``changes``' state; return each change's outcome.
+
+        An outcome is ``(True, result)`` or ``(False, exception)``. Raises ``StoreUnavailable`` or
+        ``StoreContention`` when nothing could be written.
+        """
+        known = self._cache.get(name)
+        if known is not None and not known[2]:  # we wrote it last, and nobody else has lately: trust it
+            token, raw, shared = known
+        else:  # read first: deciding on a state that is likely stale would be wasted work
+            token, raw = await self._read(name)
+            shared = known is not None and known[0] != token
+        owner = ""  # the lease owner id, once this update asks for the lease
+        deadline = 0.0
+        losses = 0
+        for _ in range(self.max_attempts):
+            if owner:  # wait for our turn: ask for the lease until we hold it, then decide once
+                token, raw = await self._take_lease(name, owner, deadline)
+            new_raw, outcomes = self._apply(name, raw, changes)
+            if new_raw is None:  # every change raised: nothing to write
+                return outcomes
+            new_token = secrets.token_hex(8)
+            reply = await self._script(_COMPARE_AND_SET, name, token, new_token, new_raw, self._ttl_ms, owner)
+            code = int(reply[0])
+            if code == 1:
+                self._remember(name, new_token, new_raw, shared)
+                return outcomes
+            if code == 0:
+                token, raw = _text(reply[1]), _text(reply[2])
+                if token == new_token:  # our write landed; the client resent it after losing the reply
+                    self._remember(name, new_token, new_raw, shared)
+                    return outcomes
+                self.conflicts += 1
+                shared = True
+                losses += 1
+            if not owner and (code == 2 or losses >= LEASE_AFTER):
+                owner = secrets.token_hex(8)
+                deadline = asyncio.get_running_loop().time() + self.max_wait
+        self._cache.pop(name, None)
+        raise StoreContention(f"{name!r}: lost {self.max_attempts} compare-and-sets to other writers")
+
+    def _apply(
+        self, name: str, raw: str, changes: list[Callable[[GuardState], Any]]
+    ) -> tuple[str | None, list[tuple[bool, Any]]]:
+        """Run ``changes`` in order on the state in ``raw``; return the new state JSON and the outcomes.
+
+        A change that raises is left out (its outcome is the exception) and the others run again from
+        ``raw``, so its half-made changes are not written. The JSON is ``None`` if every change raised.
+        """
+        failed: dict[int, Exception] = {}
+        while True:
+            state = self._parse(name, raw)
+            outcomes: list[tuple[bool, Any]] = []
+            for index, change in enumerate(changes):
+                if index in failed:
+                    outcomes.append((False, failed[index]))
+                    continue
+                try:
+                    outcomes.append((True, change(state)))
+                except Exception as error:
+                    failed[index] = error
+                    break
+            else:
+                return (None if len(failed) == len(changes) else state.model_dump_json()), outcomes
+
+    async def _take_lease(self, name: str, owner: str, deadline: float) -> tuple[str, str]:
+        """Ask for the lease of ``name`` until ``owner`` holds it; return the state to decide on.
+
+        Raises ``StoreContention`` once the loop's clock passes ``deadline``.
+        """
+        loop = asyncio.get_running_loop()
+        while True:
+            reply = await self._script(_TAKE_LEASE, name, owner, LEASE_MS, self._ttl_ms)
+            if int(reply[0]) == 1:
+                self.leases += 1
+                return _text(reply[1]), _text(reply[2])
+            if loop.time() >= deadline:
+                self._cache.pop(name, None)
+                raise StoreContention(f"{name!r}: other writers held it for {self.max_wait} s")
+            await asyncio.sleep(random.uniform(LEASE_POLL / 2, LEASE_POLL))
+
+    async def _script(self, script: str, name: str, *args: str | int) -> list[Any]:
+        """Run ``script`` on key ``name``: by its SHA once the server knows it, else by its text (which
+        teaches it), so a new store or a restarted server costs no extra round trip. Returns the reply.
+
+        Raises ``StoreUnavailable`` for any Redis error.
+        """
+        sha = _SHA[script]
+        try:
+            if sha in self._loaded:
+                try:
+                    return list(await self.client.evalsha(sha, 1, name, *args))
+                except NoScriptError:  # the server restarted or flushed its scripts: nothing ran
+                    self._loaded.discard(sha)
+            reply = list(await self.client.eval(script, 1, name, *args))
+            self._loaded.add(sha)
+            return reply
+        except RedisError as error:
+            self._cache.pop(name, None)
+            raise StoreUnavailable(f"Redis failed while updating {name!r}: {error}") from error
 
     async def _read(self, name: str) -> tuple[str, str]:
         """The stored ``(token, state JSON)`` of ``name``; ``("", "")`` if nothing is stored."""
         try:
-            token, raw = await self.client.hmget(name, ["t", "s"])  # type: ignore[misc]
+            token, raw = await self.client.hmget(name, ["t", "s"])
         except RedisError as error:
             self._cache.pop(name, None)
             raise StoreUnavailable(f"Redis failed while reading {name!r}: {error}") from error
         if not token:
             self._cache.pop(name, None)
             return "", ""
-        token, raw = _text(token), _text(raw)
-        self._remember(name, token, raw)
-        return token, raw
+        return _text(token), _text(raw)
 
     def _parse(self, name: str, raw: str) -> GuardState:
         if not raw:
@@ -257,11 +417,12 @@ class RedisStore:
             self._cache.pop(name, None)
             raise StoreUnavailable(f"{name!r} does not hold a valid GuardState: {error}") from error
 
-    def _remember(self, name: str, token: str, raw: str) -> None:
+    def _remember(self, name: str, token: str, raw: str, shared: bool) -> None:
+        """Keep what this store just wrote to ``name`` (and whether others write it too), in the LRU."""
         if self.cache_size == 0:
             return
         cache = self._cache
-        cache[name] = (token, raw)
+        cache[name] = (token, raw, shared)
         cache.move_to_end(name)
         if len(cache) > self.cache_size:
             cache.popitem(last=False)

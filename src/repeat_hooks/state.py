@@ -6,7 +6,7 @@ from pydantic import BaseModel, Field
 
 from .decision import Delivery, GuardEvent, Stop
 
-MAX_DELIVERIES = 256
+MAX_DELIVERIES = 64
 """Delivery ids remembered for idempotency (oldest forgotten first)."""
 MAX_EVENTS = 64
 """Refusal and stop events kept (oldest dropped first)."""

@@ -17,6 +17,21 @@ from .state import GuardState
 T = TypeVar("T")
 
 
+class StoreUnavailable(RuntimeError):
+    """The store could not decide: its server is unreachable, timed out, answered an error, or holds a
+    state that is not a ``GuardState``. The cause is chained (``__cause__``).
+
+    After a timeout or a lost connection, the write may or may not have happened. Adapters catch this
+    to fail open (let the call run, log the error) or fail closed (refuse it). Shared stores raise it;
+    it lives here so that adapters can catch it without the store's optional dependencies.
+    """
+
+
+class StoreContention(StoreUnavailable):
+    """Other writers kept the session busy: ``max_attempts`` compare-and-sets lost, or ``max_wait`` seconds
+    spent waiting for their leases. Nothing was written by this update."""
+
+
 @runtime_checkable
 class StateStore(Protocol):
     """An atomic read-modify-write of one session's ``GuardState``."""
@@ -24,8 +39,13 @@ class StateStore(Protocol):
     async def update(self, key: str, change: Callable[[GuardState], T]) -> T:
         """Apply ``change`` to the state under ``key`` (a new ``GuardState`` if none), save it, return its result.
 
-        Atomic per key. ``change`` may run more than once (optimistic stores retry on conflict), so it
-        must depend on nothing but the state it is given.
+        Atomic per key. ``change`` may run more than once (optimistic stores retry on conflict), and a
+        store may apply several queued changes of one key in one write, in arrival order; so ``change``
+        must be synchronous and depend on nothing but the state it is given (no awaiting, no I/O). The
+        policy's rules qualify; their log lines may repeat when a change is retried.
+
+        Raises ``StoreUnavailable`` when a shared store cannot decide; an exception raised by ``change``
+        itself reaches the caller and nothing is written.
         """
         ...
 

