@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 ADAPTERS := $(sort $(dir $(wildcard adapters/*/pyproject.toml)))
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint typecheck bench clean
+.PHONY: test demo deploy-demo lint typecheck bench clean
 
 $(STAMP): pyproject.toml $(wildcard adapters/*/pyproject.toml)
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found (Python >= 3.12 is needed); set PYTHON=..." >&2; exit 1; }
@@ -27,6 +27,9 @@ test: lint typecheck
 
 demo: $(STAMP)
 	$(BIN)/python examples/parcel_tracker.py
+
+deploy-demo: $(STAMP)
+	$(BIN)/python examples/deploy/run.py
 
 bench: $(STAMP)
 	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done

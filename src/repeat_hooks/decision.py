@@ -46,6 +46,12 @@ class GuardEvent(BaseModel):
     turn_id: str | None
     turn: int
     """The turn's number in this state: 1 for the first turn."""
+    message: str | None = None
+    """For a stop, its final message (a stop's text holds no argument values); ``None`` for a refusal."""
+
+    def as_stop(self) -> Stop | None:
+        """The ``Stop`` this event recorded, or ``None`` for a refusal."""
+        return None if self.kind != "stop" or self.message is None else Stop(message=self.message, reason=self.reason)
 
 
 class Delivery(NamedTuple):

@@ -29,9 +29,11 @@ class StopRepeatedCalls(Policy):
         """Fires before each tool call: ``None`` lets it run; a ``Refusal`` is handed to the model instead."""
         return self.check_tool_call(self.state, call, turn_id)
 
-    def post_tool_call(self, call: ToolCall, ok: bool = True, turn_id: str | None = None) -> None:
+    def post_tool_call(
+        self, call: ToolCall, ok: bool = True, turn_id: str | None = None, delivery_id: str | None = None
+    ) -> None:
         """Fires after a tool ran: records its outcome (errors in a row, ``count_failures``)."""
-        self.record_tool_result(self.state, call, ok, turn_id)
+        self.record_tool_result(self.state, call, ok, turn_id, delivery_id)
 
     def pre_llm_call(self, turn_id: str | None = None) -> Stop | None:
         """Fires before each model call: ``None`` lets it happen; a ``Stop`` ends the turn with its message."""
@@ -42,6 +44,10 @@ class StopRepeatedCalls(Policy):
     ) -> None:
         """Fires after each model call: counts it, with its recorded seconds and cost, for the budgets."""
         self.record_model_call(self.state, seconds, cost_usd, delivery_id, turn_id)
+
+    def stop_of(self, turn_id: str) -> Stop | None:
+        """How turn ``turn_id`` was stopped, while its stop event is kept; ``None`` if it was not."""
+        return self.state.stop_of(turn_id)
 
     @property
     def events(self) -> list[GuardEvent]:

@@ -23,6 +23,7 @@ logger = logging.getLogger("repeat_hooks")
 
 TURN_ENDED = "Refused: this turn has ended ({reason}). Do not call any more tools: answer with what you know."
 _MODEL_DELIVERY = "model"
+_OUTCOME_DELIVERY = "outcome"
 
 NonNegative = Annotated[int, Field(ge=0)]
 
@@ -141,14 +142,27 @@ class Policy(BaseModel):
         self._event(state, "refusal", StopReason.REPEATED_CALL, name, count, limit)
         return self._refusal(name, count)
 
-    def record_tool_result(self, state: GuardState, call: ToolCall, ok: bool, turn_id: str | None = None) -> None:
+    def record_tool_result(
+        self,
+        state: GuardState,
+        call: ToolCall,
+        ok: bool,
+        turn_id: str | None = None,
+        delivery_id: str | None = None,
+    ) -> None:
         """After a tool ran: record whether it succeeded. Returns nothing; ``check_model_call`` acts on it.
 
         A success resets the errors in a row; a failure adds one and, with ``count_failures=False``,
-        takes the call back out of its key's count. An outcome delivered twice is recorded once.
+        takes the call back out of its key's count. An outcome delivered twice is recorded once: by
+        ``delivery_id`` when the runtime delivers outcomes separately from their calls (a hook call
+        per activity), else by the ``call_id`` its ``check_tool_call`` saw.
         """
         if turn_id is not None and turn_id != state.turn_id:
             state.reset_turn(turn_id)
+        if delivery_id is not None:
+            if delivery_id in state.deliveries:
+                return
+            state.remember(delivery_id, Delivery(call.name, _OUTCOME_DELIVERY, 0, False, True))
         key: str | None = None
         if call.call_id is not None:
             seen = state.deliveries.get(call.call_id)
@@ -187,7 +201,7 @@ class Policy(BaseModel):
         template = self.stop_messages.get(reason, STOP_MESSAGES[reason])
         stop = Stop(message=render(template, tool, count, limit), reason=reason)
         state.stop = stop
-        self._event(state, "stop", reason, tool, count, limit)
+        self._event(state, "stop", reason, tool, count, limit, stop.message)
         return stop
 
     def record_model_call(
@@ -280,10 +294,18 @@ class Policy(BaseModel):
         tool: str | None,
         count: float,
         limit: float,
+        message: str | None = None,
     ) -> None:
         state.record(
             GuardEvent(
-                kind=kind, reason=reason, tool=tool, count=count, limit=limit, turn_id=state.turn_id, turn=state.turn
+                kind=kind,
+                reason=reason,
+                tool=tool,
+                count=count,
+                limit=limit,
+                turn_id=state.turn_id,
+                turn=state.turn,
+                message=message,
             )
         )
         log = logger.info if kind == "refusal" else logger.warning

@@ -62,6 +62,15 @@ class GuardState(BaseModel):
         self.cost_usd = 0.0
         self.stop = None
 
+    def stop_of(self, turn_id: str) -> Stop | None:
+        """How turn ``turn_id`` was stopped, from the kept events; ``None`` if it was not (or is forgotten)."""
+        if self.stop is not None and self.turn_id == turn_id:
+            return self.stop
+        for event in reversed(self.events):
+            if event.kind == "stop" and event.turn_id == turn_id:
+                return event.as_stop()
+        return None
+
     def remember(self, delivery_id: str, delivery: Delivery) -> None:
         """Keep ``delivery`` under ``delivery_id``, forgetting the oldest past ``MAX_DELIVERIES``."""
         deliveries = self.deliveries

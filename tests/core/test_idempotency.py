@@ -53,3 +53,14 @@ def test_delivery_memory_is_bounded_and_forgets_oldest_first() -> None:
     for n in range(300):
         guard.pre_tool_call(ToolCall("t", {"n": n}, f"c{n}"))
     assert "c0" not in guard.state.deliveries and "c299" in guard.state.deliveries
+
+
+def test_an_outcome_delivered_on_its_own_counts_once() -> None:
+    # Deployed runtimes deliver post_tool_call in another activity than its pre_tool_call.
+    guard = StopRepeatedCalls(max_errors_in_a_row=2)
+    guard.pre_tool_call(call("c1"))
+    for _ in range(3):
+        guard.post_tool_call(ToolCall("track_parcel", {}), ok=False, delivery_id="outcome-1")
+    assert guard.state.errors_in_a_row == 1
+    guard.post_tool_call(ToolCall("track_parcel", {}), ok=False, delivery_id="outcome-2")
+    assert guard.state.errors_in_a_row == 2

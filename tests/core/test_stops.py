@@ -127,3 +127,16 @@ def test_refusals_and_stops_are_logged_without_arguments(caplog: pytest.LogCaptu
         ("refusal", "repeated_call", "send"),
         ("stop", "ignored_refusals", "send"),
     ]
+
+
+def test_a_past_turns_stop_stays_readable_from_its_event() -> None:
+    guard = StopRepeatedCalls(max_model_calls=1)
+    guard.post_llm_call(turn_id="t1")
+    stop = guard.pre_llm_call(turn_id="t1")
+    assert stop is not None and guard.stop_of("t1") == stop
+    guard.pre_agent_turn("t2")
+    assert guard.state.stop is None
+    assert guard.stop_of("t1") == stop
+    assert guard.stop_of("t2") is None
+    restored = StopRepeatedCalls.model_validate_json(guard.model_dump_json())
+    assert restored.stop_of("t1") == stop
