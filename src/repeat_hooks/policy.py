@@ -11,12 +11,12 @@ import logging
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_serializer, field_validator, model_validator
 
 from .call import ToolCall, call_key
 from .decision import Delivery, GuardEvent, Refusal, Stop
 from .messages import REFUSE_SAME_ARGUMENTS, REFUSE_SAME_TOOL, STOP_MESSAGES, check_template, render
-from .state import GuardState
+from .state import GuardState, WholeModel
 from .stop_reason import StopReason
 
 logger = logging.getLogger("repeat_hooks")
@@ -28,7 +28,7 @@ _OUTCOME_DELIVERY = "outcome"
 NonNegative = Annotated[int, Field(ge=0)]
 
 
-class Policy(BaseModel):
+class Policy(WholeModel):
     """The guard's settings. Every limit counts within one turn; ``None`` switches a rule off.
 
     Invalid settings fail at construction with a ``pydantic.ValidationError`` naming the field.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from .decision import Delivery, GuardEvent, Stop
@@ -12,7 +14,17 @@ MAX_EVENTS = 64
 """Refusal and stop events kept (oldest dropped first)."""
 
 
-class GuardState(BaseModel):
+class WholeModel(BaseModel):
+    """A model whose dumps are always whole: every field counts as set, so ``exclude_unset=True`` dumps
+    (the OpenAI Agents SDK's ``RunState.to_json()``, Temporal's OpenAI payload converter) keep the
+    counters instead of dropping every field still at its default."""
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Mark every field set (pydantic calls this after construction and validation)."""
+        self.__pydantic_fields_set__.update(type(self).model_fields)
+
+
+class GuardState(WholeModel):
     """Everything the guard counts. Serializable: ``model_validate_json(model_dump_json())`` is exact.
 
     Holds digests and tool names, never argument values.

@@ -83,3 +83,15 @@ def test_arbitrary_arguments_never_raise(arguments: Any, name: str) -> None:
     second = guard.pre_tool_call(ToolCall(name, arguments))
     assert first is None and second is not None
     guard.post_tool_call(ToolCall(name, arguments), ok=False)
+
+
+def test_a_dump_that_excludes_unset_fields_still_keeps_the_counters() -> None:
+    # The OpenAI Agents SDK's RunState.to_json() and Temporal's OpenAI payload converter dump this way.
+    guard = StopRepeatedCalls(match="tool", max_calls=1)
+    guard.pre_agent_turn("t1")
+    guard.pre_tool_call(ToolCall("track_parcel", {"n": 1}))
+    guard.pre_tool_call(ToolCall("track_parcel", {"n": 1}))
+    restored = StopRepeatedCalls.model_validate(guard.model_dump(exclude_unset=True))
+    assert restored == guard and restored.state.refusals == 1 and restored.match == "tool"
+    fresh = StopRepeatedCalls.model_validate_json(StopRepeatedCalls().model_dump_json(exclude_unset=True))
+    assert fresh == StopRepeatedCalls()

@@ -111,12 +111,14 @@ async def test_a_paused_turn_resumed_in_another_process_keeps_its_counts(carrier
     assert resumed["turn"] == 1 and resumed["turn_id"] == guard.state.turn_id
 
 
-async def test_the_sdk_default_dump_would_lose_the_counts(carrier: Any) -> None:
+async def test_both_the_sdk_default_dump_and_ours_keep_the_counts(carrier: Any) -> None:
     result, guard = await pause(carrier)
     default = result.to_state().to_json()["context"]["context"]
     ours = result.to_state().to_json(context_serializer=context_serializer)["context"]["context"]
 
-    assert "state" not in default  # exclude_unset: the counters are gone
+    # The SDK dumps pydantic contexts with exclude_unset=True; the core's models count every field as set.
+    assert default["state"]["refusals"] == guard.state.refusals
+    assert StopRepeatedCalls.model_validate(default) == guard
     assert StopRepeatedCalls.model_validate(ours) == guard
 
 

@@ -43,7 +43,8 @@ def context_serializer(context: Any) -> Mapping[str, Any]:
 
     Fires when the SDK saves a ``RunState`` (for example at a human-in-the-loop interruption) and
     returns the context's full JSON dump. Without it the SDK dumps pydantic contexts with
-    ``exclude_unset=True``, which drops the guard's counters. Works for a ``StopRepeatedCalls``
+    ``exclude_unset=True``: the guard's own models dump whole anyway, but a context of yours whose
+    guard field was left at its default would lose it. Works for a ``StopRepeatedCalls``
     context and for any pydantic model holding one; raises ``TypeError`` for other objects (write
     your own serializer that dumps ``context.repeat_guard.model_dump(mode="json")``).
     """

@@ -1,0 +1,382 @@
+"""The OpenAI Agents SDK under ``temporalio.contrib.openai_agents``: a worker killed mid-turn changes nothing.
+
+The guarded agent runs in a Temporal workflow (``openai_temporal/workflows.py``) on a real Temporal dev
+server, with a scripted model that is stuck on one parcel, for two turns of one conversation
+(``openai_temporal/scenario.py``). Model calls and the ``track_parcel`` tool are activities; the guard
+(tool input guardrail, ``tool_use_behavior``, ``RunHooks``, state in the run context) runs in workflow
+code.
+
+Kill and resume, arranged so that the takeover is always a replay:
+
+1. Worker A starts polling; worker B boots too but stands by (``--wait-for``), so A alone runs the
+   conversation and holds the workflow in its cache.
+2. A reaches the kill point and blocks there, heartbeating: inside the 3rd call that reaches the
+   tool (turn 1, before any refusal), or inside model call 9 (turn 2, after A's guard ended turn 1,
+   started turn 2 and refused once in it).
+3. B starts polling; the test SIGKILLs A by its PID.
+4. The call's heartbeat times out; Temporal retries it on B (attempt 2). The next workflow task
+   leaves A's sticky queue after 1 s and goes to B, which has never seen the workflow: it replays
+   the history from the start, the guard included, and finishes the conversation.
+
+The result must equal an uninterrupted run's (one worker, no kill) field by field, the guard's full
+state included, and both must equal the decisions of the core alone on the same script. "Reached the
+tool" counts distinct calls (activity ids) that started in some worker; the killed call reached it
+twice (attempt 1 in A, attempt 2 in B) and the guard counted it once, as in the uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from repeat_hooks import Stop, StopReason, StopRepeatedCalls, ToolCall
+
+_DEPLOY = Path(__file__).resolve().parent
+if str(_DEPLOY) not in sys.path:
+    sys.path.insert(0, str(_DEPLOY))  # ``import openai_temporal`` here, in the replayer and in the workers
+
+from services import REQUIRE_SERVICES, TemporalServer, log_tail, spawn, stop_pid  # noqa: E402
+
+try:
+    import agents  # noqa: F401
+    import temporalio.contrib.openai_agents  # noqa: F401
+except ImportError as missing:  # a skip, like a missing server binary; a failure in CI
+    if os.environ.get(REQUIRE_SERVICES) == "1":
+        raise
+    pytest.skip(f"needs openai-agents and temporalio[openai-agents]: {missing}", allow_module_level=True)
+
+from openai_temporal import scenario  # noqa: E402
+from openai_temporal.worker import plugin  # noqa: E402
+from openai_temporal.workflows import GuardedParcelConversation, SkewedGuardedParcelConversation  # noqa: E402
+from temporalio.api.enums.v1 import EventType  # noqa: E402
+from temporalio.client import Client, WorkflowFailureError, WorkflowHistory  # noqa: E402
+from temporalio.contrib.openai_agents import OpenAIPayloadConverter  # noqa: E402
+from temporalio.worker import Replayer  # noqa: E402
+from temporalio.workflow import NondeterminismError  # noqa: E402
+
+pytestmark = [
+    pytest.mark.services,
+    # The sandbox's notice that pydantic imported a helper lazily inside a replay in this process: harmless.
+    pytest.mark.filterwarnings("ignore:Module .* was imported after initial workflow load:UserWarning"),
+]
+
+READY_TIMEOUT = 30.0
+"""Seconds a worker gets to import, connect and start polling."""
+KILL_POINT_TIMEOUT = 20.0
+"""Seconds worker A gets to reach the kill point once the workflow starts."""
+RESULT_TIMEOUT = 40.0
+"""Seconds a workflow gets to finish (a takeover takes ~4-5 s: heartbeat and sticky timeouts, replay)."""
+
+
+# -- the reference: the core alone on the same script ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExpectedTurn:
+    reached: list[str]
+    """Parcels of the calls that reach the tool, in order."""
+    outputs: list[str]
+    """Every tool output of the turn: results and refusals."""
+    stop: Stop
+    model_calls: int
+
+
+def expected() -> list[ExpectedTurn]:
+    """What the guard must decide on ``scenario.script``, turn by turn: the core alone, no SDK, no Temporal."""
+    guard = StopRepeatedCalls(**scenario.POLICY)
+    turns: list[ExpectedTurn] = []
+    step = 0
+    for _ in scenario.PROMPTS:
+        guard.pre_agent_turn()
+        reached: list[str] = []
+        outputs: list[str] = []
+        for calls in range(1, scenario.MAX_SCRIPTED_STEPS + 1):
+            step += 1  # the model's step counts across turns (it reads the whole conversation)
+            for name, arguments in scenario.script(step):
+                refusal = guard.pre_tool_call(ToolCall(name, arguments))
+                if refusal is None:
+                    reached.append(arguments["parcel_id"])
+                    outputs.append(scenario.tracking_status(arguments["parcel_id"]))
+                else:
+                    outputs.append(refusal.message)
+            stop = guard.pre_llm_call()
+            if stop is not None:
+                turns.append(ExpectedTurn(reached, outputs, stop, calls))
+                break
+        else:
+            raise AssertionError("the guard never stopped the scripted model")
+    return turns
+
+
+# -- worker processes --------------------------------------------------------------------------------
+
+
+@dataclass
+class Workers:
+    """Worker processes of one test, each stopped by its PID at the end (SIGTERM, then SIGKILL)."""
+
+    address: str
+    directory: Path
+    ledger: Path
+    started: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def start(self, name: str, kill_at: str | None = None, wait_for: Path | None = None) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-m", "openai_temporal.worker", "--address", self.address, "--ledger", str(self.ledger)]
+        argv += ["--ready", str(self.ready_file(name))]
+        if kill_at is not None:
+            argv += ["--kill-at", kill_at]
+        if wait_for is not None:
+            argv += ["--wait-for", str(wait_for)]
+        # cwd tests/deploy: ``-m`` puts it on sys.path. spawn: own session, log file, stopped at exit if leaked.
+        process = spawn(argv, self.log(name), _DEPLOY)
+        self.started.append(process)
+        return process
+
+    def ready_file(self, name: str) -> Path:
+        return self.directory / f"worker-{name}.ready"
+
+    def log(self, name: str) -> Path:
+        return self.directory / f"worker-{name}.log"
+
+    async def wait_ready(self, name: str, process: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT
+        while not self.ready_file(name).exists():
+            if process.poll() is not None:
+                pytest.fail(f"worker {name} exited with {process.returncode}:\n{log_tail(self.log(name))}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"worker {name} did not poll within {READY_TIMEOUT:.0f} s:\n{log_tail(self.log(name))}")
+            await asyncio.sleep(0.05)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{log_tail(p, 30)}" for p in sorted(self.directory.glob("worker-*.log")))
+
+    def stop_all(self) -> None:
+        for process in self.started:
+            stop_pid(process)
+
+
+@pytest.fixture
+def workers(temporal_server: TemporalServer, tmp_path: Path) -> Iterator[Workers]:
+    pool = Workers(temporal_server.address, tmp_path, tmp_path / "ledger.jsonl")
+    try:
+        yield pool
+    finally:
+        pool.stop_all()
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished workflow: its report, what its processes logged, and its history."""
+
+    report: scenario.ConversationReport
+    ledger: scenario.Ledger
+    history: WorkflowHistory
+    seconds: float
+
+
+async def finish(client: Client, workflow_id: str, workers: Workers, started: float) -> Run:
+    """Wait (bounded) for the workflow's report; on timeout terminate it and fail with the workers' logs."""
+    handle = client.get_workflow_handle(workflow_id, result_type=scenario.ConversationReport)
+    try:
+        report = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+    except BaseException as error:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(handle.terminate("test failed"), 5)
+        if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
+            pytest.fail(f"workflow {workflow_id} did not finish in {RESULT_TIMEOUT:.0f} s\n{workers.logs()}")
+        if isinstance(error, WorkflowFailureError):  # e.g. a replay that diverged: NondeterminismError
+            causes: list[str] = []
+            cause: BaseException | None = error.cause
+            while cause is not None:
+                causes.append(f"{type(cause).__name__}: {cause}")
+                cause = cause.__cause__
+            pytest.fail(f"workflow {workflow_id} failed: {' <- '.join(causes)}\n{workers.logs()}")
+        raise
+    seconds = time.monotonic() - started
+    history = await asyncio.wait_for(handle.fetch_history(), 10)
+    return Run(report, scenario.Ledger.load(workers.ledger, workflow_id), history, seconds)
+
+
+async def start(client: Client) -> str:
+    workflow_id = f"guarded-conversation-{uuid.uuid4().hex[:12]}"
+    await client.start_workflow(
+        scenario.WORKFLOW_NAME,
+        scenario.ConversationRequest(),
+        id=workflow_id,
+        task_queue=scenario.TASK_QUEUE,
+        execution_timeout=timedelta(seconds=RESULT_TIMEOUT + 20),
+    )
+    return workflow_id
+
+
+def task_identities(history: WorkflowHistory) -> list[str]:
+    """The identity (``PID@host``) of the worker that completed each workflow task, in order."""
+    return [
+        event.workflow_task_completed_event_attributes.identity
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    ]
+
+
+# -- the uninterrupted run ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(temporal_server: TemporalServer, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """The same script on one worker, never killed: the run every interrupted run must equal."""
+    directory = tmp_path_factory.mktemp("uninterrupted")
+    pool = Workers(temporal_server.address, directory, directory / "ledger.jsonl")
+
+    async def run() -> Run:
+        worker = pool.start("solo")
+        await pool.wait_ready("solo", worker)
+        client = await Client.connect(temporal_server.address, plugins=[plugin(pool.ledger)])
+        began = time.monotonic()
+        return await finish(client, await start(client), pool, began)
+
+    try:
+        return asyncio.run(run())
+    finally:
+        pool.stop_all()
+
+
+def assert_report(run: Run) -> None:
+    """The run did what the core alone decides on the script, turn by turn."""
+    want = expected()
+    report, ledger = run.report, run.ledger
+    # The script, as the core decides it: two turns, each stopped after three refusals.
+    assert [t.reached for t in want] == [["PX-42", "PX-7", "PX-42"], ["PX-42", "PX-42"]]
+    assert [t.model_calls for t in want] == [5, 5]
+    assert [t.stop.reason for t in want] == [StopReason.IGNORED_REFUSALS] * 2
+    # The workflow: each turn's final output is the guard's stop message; same outputs, same refusals.
+    assert len(report.turns) == len(want)
+    for turn, wanted in zip(report.turns, want, strict=True):
+        assert turn.final_output == wanted.stop.message
+        assert turn.stop == wanted.stop
+        assert [o.output for o in turn.tool_outputs] == wanted.outputs
+        assert turn.model_calls == wanted.model_calls
+    per_turn = [("refusal", 3), ("refusal", 4), ("refusal", 5), ("stop", 3)]  # refusals: count; stop: refusals
+    assert [(e.kind, e.turn, e.count) for e in report.events] == [(k, t, n) for t in (1, 2) for k, n in per_turn]
+    assert len({e.turn_id for e in report.events}) == 2
+    # What the processes saw: the calls that reached the tool, and what the model was given.
+    assert sorted(ledger.tool_arguments) == sorted(want[0].reached + want[1].reached)
+    assert len(ledger.model_calls) == want[0].model_calls + want[1].model_calls
+    received = ledger.received_by_step()
+    first, second = want[0].outputs, want[1].outputs
+    assert received[5] == first[:-1]  # turn 1's last model call: its third refusal ends the turn unseen
+    assert received[10] == first + second[:-1]  # turn 2 carries turn 1's history
+
+
+def test_uninterrupted_run_matches_the_core(uninterrupted: Run) -> None:
+    assert_report(uninterrupted)
+    attempts = [len(a) for a in (*uninterrupted.ledger.tool_calls.values(), *uninterrupted.ledger.model_calls.values())]
+    assert attempts == [1] * len(attempts)
+    assert len(uninterrupted.ledger.pids()) == 1
+
+
+# -- the kill ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kill_at",
+    [
+        pytest.param("tool:3", id="mid-tool-call"),  # PX-42's 2nd run: before any refusal; B must refuse next
+        pytest.param("model:9", id="mid-model-call"),  # turn 2, after a refusal: B must replay both turns
+    ],
+)
+async def test_worker_killed_mid_turn_changes_nothing(
+    kill_at: str, workers: Workers, temporal_server: TemporalServer, uninterrupted: Run
+) -> None:
+    gate = workers.directory / "b.go"
+    a = workers.start("a", kill_at=kill_at)
+    b = workers.start("b", wait_for=gate)  # boots now, polls only once the gate exists
+    await workers.wait_ready("a", a)
+    client = await Client.connect(temporal_server.address, plugins=[plugin(workers.ledger)])
+    began = time.monotonic()
+    workflow_id = await start(client)
+
+    deadline = time.monotonic() + KILL_POINT_TIMEOUT
+    while not (blocked := scenario.Ledger.load(workers.ledger, workflow_id).blocked):
+        if time.monotonic() > deadline or a.poll() is not None:
+            pytest.fail(f"worker A never reached {kill_at}\n{workers.logs()}")
+        await asyncio.sleep(0.05)
+    assert [(r["at"], r["pid"], r["attempt"]) for r in blocked] == [(kill_at, a.pid, 1)]
+    killed_activity = blocked[0]["activity_id"]
+
+    gate.touch()
+    await workers.wait_ready("b", b)
+    stop_pid(a, signal.SIGKILL)
+    assert a.returncode == -signal.SIGKILL
+    killed_at = time.monotonic()
+
+    run = await finish(client, workflow_id, workers, began)
+    takeover = time.monotonic() - killed_at
+
+    # Same decisions as the core alone, and as the uninterrupted run: every field, the guard's state included.
+    assert_report(run)
+    assert run.report == uninterrupted.report
+    assert run.report.guard_json == uninterrupted.report.guard_json
+    # Same calls reached the tool (activity ids are deterministic), and the model was given the same outputs.
+    parcels = {aid: attempts[0]["parcel_id"] for aid, attempts in run.ledger.tool_calls.items()}
+    assert parcels == {aid: attempts[0]["parcel_id"] for aid, attempts in uninterrupted.ledger.tool_calls.items()}
+    assert run.ledger.received_by_step() == uninterrupted.ledger.received_by_step()
+    assert run.ledger.model_calls.keys() == uninterrupted.ledger.model_calls.keys()
+
+    # The killed call reached its activity twice: attempt 1 in A (killed), attempt 2 in B. Nothing else retried.
+    calls = {**run.ledger.tool_calls, **run.ledger.model_calls}
+    assert [(r["attempt"], r["pid"]) for r in calls[killed_activity]] == [(1, a.pid), (2, b.pid)]
+    assert all(len(attempts) == 1 for aid, attempts in calls.items() if aid != killed_activity)
+    assert run.ledger.pids() == {a.pid, b.pid}
+
+    # B took the workflow over: it completed the workflow tasks after the kill (by replaying A's part first).
+    identities = task_identities(run.history)
+    assert identities[0].startswith(f"{a.pid}@")
+    assert identities[-1].startswith(f"{b.pid}@")
+    assert {i.split("@")[0] for i in identities} == {str(a.pid), str(b.pid)}
+
+    # A third process replays the interrupted history to the same end.
+    replayer = Replayer(workflows=[GuardedParcelConversation], plugins=[plugin(workers.ledger)])
+    await asyncio.wait_for(replayer.replay_workflow(run.history), 30)
+    print(f"\n{kill_at}: run {run.seconds:.1f} s, takeover after SIGKILL {takeover:.1f} s")
+
+
+# -- a guard that decides differently on replay is caught --------------------------------------------
+
+
+async def test_replay_with_a_guard_that_decides_differently_fails(uninterrupted: Run, tmp_path: Path) -> None:
+    """The history pins the guard's decisions: a guard allowing one more call cannot replay it."""
+    ledger = tmp_path / "ledger.jsonl"
+    faithful = Replayer(workflows=[GuardedParcelConversation], plugins=[plugin(ledger)])
+    await asyncio.wait_for(faithful.replay_workflow(uninterrupted.history), 30)
+    skewed = Replayer(workflows=[SkewedGuardedParcelConversation], plugins=[plugin(ledger)])
+    with pytest.raises(NondeterminismError):
+        await asyncio.wait_for(skewed.replay_workflow(uninterrupted.history), 30)
+    assert not ledger.exists()  # replay runs no activity
+
+
+# -- a guard carried in a payload --------------------------------------------------------------------
+
+
+def test_a_guard_keeps_its_state_through_the_plugins_payload_converter() -> None:
+    """A guard carried in a workflow input or result (continue-as-new, a child workflow per turn, a query
+    result) goes through the plugin's converter, which dumps pydantic models with ``exclude_unset=True``."""
+    guard = StopRepeatedCalls(**scenario.POLICY)
+    guard.pre_agent_turn("turn-1")
+    for _ in range(3):
+        guard.pre_tool_call(ToolCall("track_parcel", {"parcel_id": scenario.STUCK_PARCEL}))
+    converter = OpenAIPayloadConverter()
+    (back,) = converter.from_payloads(converter.to_payloads([guard]), [StopRepeatedCalls])
+    assert back.state.refusals == guard.state.refusals == 1
+    assert back == guard
