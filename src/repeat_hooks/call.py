@@ -30,11 +30,15 @@ class ToolCall:
     ``arguments`` is whatever the SDK hands over: a dict, JSON text, or any other value. ``call_id``
     identifies one *delivery* of the call: a hook call delivered twice with the same ``call_id`` is
     decided once. Give it only where it is unique within a session (``None`` turns that off).
+    ``read_only`` is what the SDK knows of the tool: ``True`` (it changes nothing, e.g. MCP's
+    ``readOnlyHint``), ``False`` (it may change state), or ``None`` (unknown: the policy's
+    ``read_only`` setting decides).
     """
 
     name: str
     arguments: Any = None
     call_id: str | None = None
+    read_only: bool | None = None
 
 
 def canonical_arguments(arguments: Any, ignore: Iterable[str] = ()) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from .call import ToolCall
@@ -30,10 +32,16 @@ class StopRepeatedCalls(Policy):
         return self.check_tool_call(self.state, call, turn_id)
 
     def post_tool_call(
-        self, call: ToolCall, ok: bool = True, turn_id: str | None = None, delivery_id: str | None = None
+        self,
+        call: ToolCall,
+        ok: bool = True,
+        turn_id: str | None = None,
+        delivery_id: str | None = None,
+        *,
+        result: Any = None,
     ) -> None:
-        """Fires after a tool ran: records its outcome (errors in a row, ``count_failures``)."""
-        self.record_tool_result(self.state, call, ok, turn_id, delivery_id)
+        """Fires after a tool ran: records its outcome and its ``result`` (digested, never stored)."""
+        self.record_tool_result(self.state, call, ok, turn_id, delivery_id, result=result)
 
     def pre_llm_call(self, turn_id: str | None = None) -> Stop | None:
         """Fires before each model call: ``None`` lets it happen; a ``Stop`` ends the turn with its message."""

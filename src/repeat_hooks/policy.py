@@ -149,6 +149,8 @@ class Policy(WholeModel):
         ok: bool,
         turn_id: str | None = None,
         delivery_id: str | None = None,
+        *,
+        result: Any = None,
     ) -> None:
         """After a tool ran: record whether it succeeded. Returns nothing; ``check_model_call`` acts on it.
 
