@@ -36,6 +36,13 @@ class Policy(WholeModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    count: Literal["progress", "per_turn"] = "per_turn"
+    """When a repeat counts: ``"progress"``, only while nothing that could change its result has happened
+    since its last run; ``"per_turn"``, every same call in the turn."""
+    read_only: frozenset[str] = frozenset()
+    """Tools known to change nothing (``{"get_order"}``): running them restarts no other call's count."""
+    max_cycle_period: Annotated[int, Field(ge=2)] | None = 4
+    """Longest cycle (A-B-A-B, A-B-C-A-B-C, ...) detected; ``None`` switches cycle detection off."""
     match: Literal["tool_and_arguments", "tool"] = "tool_and_arguments"
     """What makes two calls the same: the tool and its canonical arguments (default), or the tool alone."""
     max_calls: NonNegative | None = 2
@@ -92,7 +99,7 @@ class Policy(WholeModel):
                 )
         return self
 
-    @field_serializer("exempt", "ignore_arguments")
+    @field_serializer("exempt", "ignore_arguments", "read_only")
     def _sorted(self, value: frozenset[str]) -> list[str]:
         return sorted(value)
 
