@@ -1,5 +1,7 @@
 """repeat-hooks: stop LLM agents from calling the same tool over and over."""
 
+import logging
+
 from .call import ToolCall, call_key, canonical_arguments
 from .decision import GuardEvent, Refusal, Stop
 from .guard import StopRepeatedCalls
@@ -26,3 +28,5 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+logging.getLogger("repeat_hooks").addHandler(logging.NullHandler())

@@ -49,7 +49,7 @@ def canonical_arguments(arguments: Any, ignore: Iterable[str] = ()) -> str:
     (sets, models, objects) get a stable form; cycles become ``"<cycle>"``; nesting of any depth
     works. Text over ``MAX_ARGUMENT_CHARS`` is not parsed and stays one string.
     """
-    ignored = frozenset(ignore)
+    ignored = ignore if type(ignore) is frozenset else frozenset(ignore)
     value = _parse(arguments)
     if not ignored:
         try:
@@ -65,7 +65,15 @@ def call_key(name: str, arguments: Any, *, by_arguments: bool = True, ignore: It
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
+def outcome_digest(ok: bool, result: Any) -> str:
+    """A 16-character digest of a run's outcome: whether it succeeded, and its canonical ``result``."""
+    text = f"{'ok' if ok else 'failed'}\x00{canonical_arguments(result)}"
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
 def _parse(arguments: Any) -> Any:
+    if type(arguments) is dict:
+        return arguments
     if isinstance(arguments, (bytes, bytearray, memoryview)):
         arguments = bytes(arguments).decode("utf-8", "replace")
     if isinstance(arguments, str):

@@ -64,3 +64,17 @@ class Delivery(NamedTuple):
     refused: bool
     settled: bool
     """Its outcome was recorded (``post_tool_call``)."""
+    why: str = ""
+    """For a refused call, which rule refused it: ``repeat``, ``failure``, ``cycle`` or ``forbidden``."""
+
+
+class Mark(NamedTuple):
+    """What a call key's last run saw and returned, for ``count="progress"``."""
+
+    changes: int
+    """The state's ``changes`` when the count last continued or restarted: a different number now means
+    that something which may have changed the result ran since."""
+    outcome: str | None
+    """A digest of the last run's outcome (ok or failed, and its result); ``None`` before any."""
+    ok: bool | None
+    """Whether the last run succeeded; ``None`` before any outcome."""

@@ -20,6 +20,27 @@ REFUSE_SAME_TOOL = (
     "Refused: you already called {tool} {limit} times in this turn, and its result will not change before "
     "the turn ends. Do not call it again: use the earlier results, or give your answer with what you know."
 )
+REFUSE_NO_PROGRESS = (
+    "Refused: you already called {tool} with these exact arguments {limit} times, and nothing has changed "
+    "since that could change its result. Do not call it again: use the earlier result, change something "
+    "first, try different arguments, or give your answer with what you know."
+)
+REFUSE_NO_PROGRESS_TOOL = (
+    "Refused: you already called {tool} {limit} times, and nothing has changed since that could change its "
+    "result. Do not call it again: use the earlier result, change something first, or give your answer "
+    "with what you know."
+)
+REFUSE_SAME_FAILURE = (
+    "Refused: {tool} failed the same way {limit} times with these arguments, and it would fail again. Do "
+    "not call it again like this: fix the cause, try different arguments, or give your answer with what "
+    "you know."
+)
+REFUSE_CYCLE = (
+    "Refused: the last {count} calls, starting with {tool}, repeat the {count} calls before them with the "
+    "same results: this is a loop. Do not start it again: use those results, try something different, or "
+    "give your answer with what you know."
+)
+REFUSE_FORBIDDEN = "Refused: {tool} may not be called in this turn. Do not call it: use another tool or answer."
 
 STOP_MESSAGES: dict[StopReason, str] = {
     StopReason.REPEATED_CALL: (

@@ -9,13 +9,25 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, field_serializer, field_validator, model_validator
 
-from .call import ToolCall, call_key
-from .decision import Delivery, GuardEvent, Refusal, Stop
-from .messages import REFUSE_SAME_ARGUMENTS, REFUSE_SAME_TOOL, STOP_MESSAGES, check_template, render
+from .call import ToolCall, call_key, outcome_digest
+from .decision import Delivery, GuardEvent, Mark, Refusal, Stop
+from .messages import (
+    REFUSE_CYCLE,
+    REFUSE_FORBIDDEN,
+    REFUSE_NO_PROGRESS,
+    REFUSE_NO_PROGRESS_TOOL,
+    REFUSE_SAME_ARGUMENTS,
+    REFUSE_SAME_FAILURE,
+    REFUSE_SAME_TOOL,
+    STOP_MESSAGES,
+    check_template,
+    render,
+)
 from .state import GuardState, WholeModel
 from .stop_reason import StopReason
 
@@ -24,6 +36,14 @@ logger = logging.getLogger("repeat_hooks")
 TURN_ENDED = "Refused: this turn has ended ({reason}). Do not call any more tools: answer with what you know."
 _MODEL_DELIVERY = "model"
 _OUTCOME_DELIVERY = "outcome"
+
+_REPEAT, _FAILURE, _CYCLE, _FORBIDDEN = "repeat", "failure", "cycle", "forbidden"
+_REFUSALS = {
+    ("per_turn", "tool_and_arguments"): REFUSE_SAME_ARGUMENTS,
+    ("per_turn", "tool"): REFUSE_SAME_TOOL,
+    ("progress", "tool_and_arguments"): REFUSE_NO_PROGRESS,
+    ("progress", "tool"): REFUSE_NO_PROGRESS_TOOL,
+}
 
 NonNegative = Annotated[int, Field(ge=0)]
 
@@ -36,7 +56,7 @@ class Policy(WholeModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    count: Literal["progress", "per_turn"] = "per_turn"
+    count: Literal["progress", "per_turn"] = "progress"
     """When a repeat counts: ``"progress"``, only while nothing that could change its result has happened
     since its last run; ``"per_turn"``, every same call in the turn."""
     read_only: frozenset[str] = frozenset()
@@ -125,7 +145,7 @@ class Policy(WholeModel):
         if call_id is not None:
             seen = state.deliveries.get(call_id)
             if seen is not None:
-                return self._refusal(seen.tool, seen.number) if seen.refused else None
+                return self._refusal(seen.tool, seen.number, seen.why) if seen.refused else None
         name = call.name
         if name in self.exempt:
             return None
@@ -135,19 +155,44 @@ class Policy(WholeModel):
         limit = self.limits.get(name, self.max_calls)
         if limit is None:
             return None
-        key = call_key(
-            name, call.arguments, by_arguments=self.match == "tool_and_arguments", ignore=self.ignore_arguments
-        )
-        count = self._count(state, key)
+        key = call_key(name, call.arguments, by_arguments=self.match != "tool", ignore=self.ignore_arguments)
+        why = _REPEAT
+        if self.count == "per_turn":
+            count = self._count(state, key, restart=False)
+        else:
+            marks = state.marks
+            mark = marks.get(key)
+            if mark is None:
+                count = self._count(state, key, restart=True)
+                marks[key] = Mark(state.changes, None, None)
+            else:
+                # A failed call retried counts on whatever ran since: the same failure again is no progress.
+                failed = mark.ok is False and self.count_failures
+                restart = not failed and mark.changes != state.changes
+                count = self._count(state, key, restart)
+                if restart:
+                    marks[key] = mark._replace(changes=state.changes)
+                if failed:
+                    why = _FAILURE
         refused = count > limit
+        if refused:
+            if limit == 0:
+                why = _FORBIDDEN
+        elif len(state.runs) >= 4 and self.count == "progress" and self.max_cycle_period is not None:
+            period = self._cycle(state.runs, key)
+            if period is not None:
+                refused, why, count = True, _CYCLE, period
         if call_id is not None:
-            state.remember(call_id, Delivery(name, key, count, refused, False))
+            state.remember(call_id, Delivery(name, key, count, refused, False, why if refused else ""))
         if not refused:
             return None
         state.refusals += 1
+        if state.refused_in != state.responses:
+            state.refused_in = state.responses
+            state.refused_responses += 1
         state.last_refused = name
         self._event(state, "refusal", StopReason.REPEATED_CALL, name, count, limit)
-        return self._refusal(name, count)
+        return self._refusal(name, count, why)
 
     def record_tool_result(
         self,
@@ -159,12 +204,16 @@ class Policy(WholeModel):
         *,
         result: Any = None,
     ) -> None:
-        """After a tool ran: record whether it succeeded. Returns nothing; ``check_model_call`` acts on it.
+        """After a tool ran: record whether it succeeded, and what it returned. Returns nothing.
 
         A success resets the errors in a row; a failure adds one and, with ``count_failures=False``,
-        takes the call back out of its key's count. An outcome delivered twice is recorded once: by
-        ``delivery_id`` when the runtime delivers outcomes separately from their calls (a hook call
-        per activity), else by the ``call_id`` its ``check_tool_call`` saw.
+        takes the call back out of its key's count. With ``count="progress"``, ``result`` (any value;
+        only its digest is kept) tells progress apart: a result unlike the call's previous one restarts
+        its count, and a successful call that may change state restarts every other call's count.
+
+        An outcome delivered twice is recorded once: by ``delivery_id`` when the runtime delivers
+        outcomes separately from their calls (a hook call per activity), else by the ``call_id`` its
+        ``check_tool_call`` saw.
         """
         if turn_id is not None and turn_id != state.turn_id:
             state.reset_turn(turn_id)
@@ -180,24 +229,32 @@ class Policy(WholeModel):
                     return
                 state.deliveries[call.call_id] = seen._replace(settled=True)
                 key = seen.key
+        name = call.name
         if ok:
             state.errors_in_a_row = 0
+        else:
+            state.errors_in_a_row += 1
+            state.last_failed = name
+        progress = self.count == "progress"
+        if name in self.exempt:
+            if progress and ok and not self._read_only(call):
+                state.changes += 1  # not counted, but it may still change what other calls return
             return
-        state.errors_in_a_row += 1
-        state.last_failed = call.name
-        if self.count_failures or call.name in self.exempt:
+        if not progress and (ok or self.count_failures):
             return
         if key is None:
-            key = call_key(
-                call.name, call.arguments, by_arguments=self.match == "tool_and_arguments", ignore=self.ignore_arguments
-            )
-        self._uncount(state, key)
+            key = self._key(call)
+        if not ok and not self.count_failures:
+            self._uncount(state, key)
+        if progress:
+            self._progress(state, call, key, ok, result)
 
     def check_model_call(self, state: GuardState, turn_id: str | None = None) -> Stop | None:
         """Before a model call: ``None`` lets it happen; a ``Stop`` ends the turn with its final message.
 
         Rules, in order: refusals (``max_refusals``), errors in a row, model calls, seconds, cost. Once
-        a turn has stopped, every later call returns the same ``Stop``.
+        a turn has stopped, every later call returns the same ``Stop``. Each call let through starts a
+        new model response, for counting refusals per response.
         """
         if turn_id is not None and turn_id != state.turn_id:
             state.reset_turn(turn_id)
@@ -205,6 +262,7 @@ class Policy(WholeModel):
             return state.stop
         tripped = self._tripped(state)
         if tripped is None:
+            state.responses += 1
             return None
         reason, tool, count, limit = tripped
         template = self.stop_messages.get(reason, STOP_MESSAGES[reason])
@@ -223,7 +281,9 @@ class Policy(WholeModel):
     ) -> None:
         """After a model call: count it, with its recorded latency and cost (never a clock). Returns nothing.
 
-        A ``delivery_id`` seen before is not counted again. Negative or NaN figures count as 0.
+        A ``delivery_id`` seen before is not counted again. Negative or NaN figures count as 0; infinite
+        ones, and totals past the largest float, count as the largest float (any budget trips), so the
+        state stays finite and serializable.
         """
         if turn_id is not None and turn_id != state.turn_id:
             state.reset_turn(turn_id)
@@ -232,24 +292,40 @@ class Policy(WholeModel):
                 return
             state.remember(delivery_id, Delivery("", _MODEL_DELIVERY, 0, False, True))
         state.model_calls += 1
-        state.model_seconds += _amount(seconds, "seconds")
-        state.cost_usd += _amount(cost_usd, "cost_usd")
+        state.model_seconds = min(state.model_seconds + _amount(seconds, "seconds"), _LARGEST)
+        state.cost_usd = min(state.cost_usd + _amount(cost_usd, "cost_usd"), _LARGEST)
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _count(self, state: GuardState, key: str) -> int:
+    def _key(self, call: ToolCall) -> str:
+        return call_key(
+            call.name, call.arguments, by_arguments=self.match == "tool_and_arguments", ignore=self.ignore_arguments
+        )
+
+    def _read_only(self, call: ToolCall) -> bool:
+        return call.read_only if call.read_only is not None else call.name in self.read_only
+
+    def _count(self, state: GuardState, key: str, restart: bool) -> int:
+        """Count a call of ``key`` (from 1 again if ``restart``), keeping the window and ``max_keys``."""
         counts = state.counts
-        count = counts.pop(key, 0) + 1
-        counts[key] = count  # re-inserted: the most recently used key is last
-        if self.window is not None:
+        previous = counts.pop(key, 0)
+        window = self.window
+        if window is not None:
             recent = state.recent
+            while len(recent) >= window:  # the window is the last ``window`` calls, this one included
+                oldest = recent.pop(0)
+                if oldest == key:
+                    previous -= 1
+                else:
+                    self._decrement(counts, oldest)
             recent.append(key)
-            if len(recent) > self.window:
-                self._decrement(counts, recent.pop(0))
+        count = 1 if restart else max(previous, 0) + 1
+        counts[key] = count  # re-inserted: the most recently used key is last
         if len(counts) > self.max_keys:
             oldest = next(iter(counts))
             del counts[oldest]
-            if self.window is not None:
+            state.marks.pop(oldest, None)
+            if window is not None:
                 state.recent[:] = [k for k in state.recent if k != oldest]
         return count
 
@@ -274,10 +350,44 @@ class Policy(WholeModel):
         else:
             counts[key] = count - 1
 
+    def _progress(self, state: GuardState, call: ToolCall, key: str, ok: bool, result: Any) -> None:
+        """``count="progress"``: record a run's outcome; a new result restarts its count, a change the others'."""
+        outcome = outcome_digest(ok, result)
+        mark = state.marks.get(key)
+        changes = state.changes if mark is None else mark.changes
+        if mark is not None and mark.outcome is not None and mark.outcome != outcome and key in state.counts:
+            state.counts[key] = 1  # it returned something new: progress, so its count restarts
+        if ok and not self._read_only(call):
+            if changes == state.changes:
+                changes += 1  # its own change does not restart its own count
+            state.changes += 1
+        if key in state.counts:
+            state.marks[key] = Mark(changes, outcome, ok)
+        if self.max_cycle_period is not None:
+            runs = state.runs
+            runs.append(key + outcome)
+            if len(runs) > 2 * self.max_cycle_period:
+                del runs[0]
+
+    def _cycle(self, runs: list[str], key: str) -> int | None:
+        """The period of a cycle that ``key`` would start a third pass of, or ``None``."""
+        assert self.max_cycle_period is not None
+        size = len(runs)
+        for period in range(2, self.max_cycle_period + 1):
+            start = size - period
+            if start < period:
+                return None
+            if not runs[start].startswith(key):
+                continue
+            last = runs[start:]
+            if last == runs[start - period : start] and any(not run.startswith(key) for run in last):
+                return period
+        return None
+
     def _tripped(self, state: GuardState) -> tuple[StopReason, str | None, float, float] | None:
-        if self.max_refusals is not None and state.refusals >= max(1, self.max_refusals):
+        if self.max_refusals is not None and state.refused_responses >= max(1, self.max_refusals):
             reason = StopReason.REPEATED_CALL if self.max_refusals == 0 else StopReason.IGNORED_REFUSALS
-            return reason, state.last_refused, state.refusals, self.max_refusals
+            return reason, state.last_refused, state.refused_responses, self.max_refusals
         if self.max_errors_in_a_row is not None and state.errors_in_a_row >= self.max_errors_in_a_row:
             return StopReason.TOO_MANY_ERRORS, state.last_failed, state.errors_in_a_row, self.max_errors_in_a_row
         if self.max_model_calls is not None and state.model_calls >= self.max_model_calls:
@@ -288,11 +398,18 @@ class Policy(WholeModel):
             return StopReason.COST, None, state.cost_usd, self.max_cost_usd
         return None
 
-    def _refusal(self, tool: str, count: int) -> Refusal:
-        template = self.refusal_message
-        if template is None:
-            template = REFUSE_SAME_ARGUMENTS if self.match == "tool_and_arguments" else REFUSE_SAME_TOOL
+    def _refusal(self, tool: str, count: int, why: str) -> Refusal:
         limit = self.limits.get(tool, self.max_calls)
+        if why == _CYCLE:
+            template = REFUSE_CYCLE
+        elif why == _FORBIDDEN:
+            template = self.refusal_message or REFUSE_FORBIDDEN
+        elif self.refusal_message is not None:
+            template = self.refusal_message
+        elif why == _FAILURE:
+            template = REFUSE_SAME_FAILURE
+        else:
+            template = _REFUSALS[self.count, self.match]
         return Refusal(message=render(template, tool, count, limit), reason=StopReason.REPEATED_CALL)
 
     def _event(
@@ -329,6 +446,9 @@ class Policy(WholeModel):
         )
 
 
+_LARGEST = sys.float_info.max
+
+
 def _amount(value: Any, name: str) -> float:
     try:
         amount = float(value)
@@ -337,4 +457,4 @@ def _amount(value: Any, name: str) -> float:
     if math.isnan(amount) or amount < 0:
         logger.warning("repeat_hooks: post_llm_call got %s=%r; counted as 0", name, value)
         return 0.0
-    return amount
+    return min(amount, _LARGEST)

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .decision import Delivery, GuardEvent, Stop
+from .decision import Delivery, GuardEvent, Mark, Stop
 
 MAX_DELIVERIES = 64
 """Delivery ids remembered for idempotency (oldest forgotten first)."""
@@ -36,10 +36,23 @@ class GuardState(WholeModel):
     """How many turns this state has seen; the current turn's number."""
     counts: dict[str, int] = Field(default_factory=dict)
     """This turn: call key digest -> calls counted (oldest-used first; capped at ``max_keys``)."""
+    marks: dict[str, Mark] = Field(default_factory=dict)
+    """This turn, with ``count="progress"``: call key digest -> what its last run saw and returned (same keys
+    as ``counts``)."""
+    changes: int = 0
+    """This turn, with ``count="progress"``: successful runs of calls that may change state."""
+    runs: list[str] = Field(default_factory=list)
+    """This turn, with ``count="progress"``: the last runs (key and outcome digests), for cycles."""
     recent: list[str] = Field(default_factory=list)
-    """This turn, with ``window`` set: the keys of the last ``window`` counted calls, oldest first."""
+    """This turn, with ``window`` set: the keys of the last counted calls, oldest first."""
     refusals: int = 0
     """This turn: calls refused."""
+    responses: int = 0
+    """This turn: model calls let through by ``pre_llm_call``; numbers the model's responses."""
+    refused_responses: int = 0
+    """This turn: model responses with at least one refused call (what ``max_refusals`` counts)."""
+    refused_in: int = -1
+    """This turn: the response (``responses``) in which the last refusal was counted; -1 for none."""
     last_refused: str | None = None
     """This turn: the tool refused last."""
     errors_in_a_row: int = 0
@@ -64,8 +77,14 @@ class GuardState(WholeModel):
         self.turn_id = turn_id
         self.turn += 1
         self.counts.clear()
+        self.marks.clear()
+        self.changes = 0
+        self.runs.clear()
         self.recent.clear()
         self.refusals = 0
+        self.responses = 0
+        self.refused_responses = 0
+        self.refused_in = -1
         self.last_refused = None
         self.errors_in_a_row = 0
         self.last_failed = None

@@ -15,6 +15,8 @@ json_values = st.recursive(
     max_leaves=20,
 )
 
+figures = st.floats(min_value=0, max_value=50) | st.floats(allow_nan=True, allow_infinity=True) | st.just(1e308)
+
 events = st.lists(
     st.one_of(
         st.tuples(
@@ -22,9 +24,16 @@ events = st.lists(
             st.sampled_from(["a", "b", "c"]),
             json_values | st.text(max_size=12),
             st.none() | st.sampled_from(["i1", "i2", "i3", "i4"]),
+            st.none() | st.booleans(),
         ),
-        st.tuples(st.just("result"), st.sampled_from(["a", "b"]), st.booleans()),
-        st.tuples(st.just("llm"), st.floats(min_value=0, max_value=50), st.floats(min_value=0, max_value=0.02)),
+        st.tuples(
+            st.just("result"),
+            st.sampled_from(["a", "b"]),
+            st.booleans(),
+            st.none() | st.sampled_from(["r1", "r2"]) | json_values,
+            st.none() | st.sampled_from(["i1", "i2", "o1"]),
+        ),
+        st.tuples(st.just("llm"), figures, figures),
         st.tuples(st.just("turn"), st.sampled_from(["t1", "t2", None])),
         st.tuples(st.just("check")),
     ),
@@ -34,6 +43,10 @@ events = st.lists(
 policies = st.fixed_dictionaries(
     {},
     optional={
+        "count": st.sampled_from(["progress", "per_turn"]),
+        "read_only": st.sets(st.sampled_from(["a", "b"]), max_size=1),
+        "max_cycle_period": st.none() | st.integers(2, 4),
+        "window": st.none() | st.integers(4, 6),
         "match": st.sampled_from(["tool", "tool_and_arguments"]),
         "max_calls": st.none() | st.integers(0, 3),
         "count_failures": st.booleans(),
@@ -51,9 +64,10 @@ policies = st.fixed_dictionaries(
 def apply(guard: StopRepeatedCalls, event: tuple[Any, ...]) -> object:
     kind = event[0]
     if kind == "tool":
-        return guard.pre_tool_call(ToolCall(event[1], event[2], event[3]))
+        return guard.pre_tool_call(ToolCall(event[1], event[2], event[3], event[4]))
     if kind == "result":
-        return guard.post_tool_call(ToolCall(event[1], {}), ok=event[2])
+        call = ToolCall(event[1], {}, event[4] if event[4] != "o1" else None)
+        return guard.post_tool_call(call, ok=event[2], result=event[3], delivery_id="o1" if event[4] == "o1" else None)
     if kind == "llm":
         return guard.post_llm_call(seconds=event[1], cost_usd=event[2])
     if kind == "turn":

@@ -14,7 +14,7 @@ from .recorded import Step, play
 
 
 def test_seed_000_identical_calls_refused_past_three() -> None:
-    guard = StopRepeatedCalls(max_calls=3)
+    guard = StopRepeatedCalls(count="per_turn", max_calls=3)
     guard.pre_agent_turn("t1")
     order = {"symbol": "ACME", "side": "buy", "quantity": 10}
     decisions = [guard.pre_tool_call(ToolCall("place_order", dict(reversed(order.items())))) for _ in range(5)]
@@ -33,7 +33,7 @@ def test_seed_000_identical_calls_refused_past_three() -> None:
 
 
 def seed_001() -> StopRepeatedCalls:
-    return StopRepeatedCalls(window=8, max_calls=2, ignore_arguments={"request_id"})
+    return StopRepeatedCalls(count="per_turn", window=8, max_calls=2, ignore_arguments={"request_id"})
 
 
 def test_seed_001_third_repeat_in_window_trips() -> None:
@@ -74,6 +74,7 @@ def test_seed_001_request_id_is_ignored_at_any_depth() -> None:
 # --- seed 002: "Control the execution loop", the five recorded gemma3:4b runs and T-90601 ----------
 
 SEED_002: dict[str, Any] = {
+    "count": "per_turn",  # every identical call in the run counts
     "max_calls": 1,  # a repeat of a success is refused...
     "count_failures": False,  # ...a repeat after a failure is not
     "max_refusals": 0,  # and the refusal ends the run: repeated_call
@@ -220,7 +221,7 @@ def test_seed_003_none_switches_the_limit_off() -> None:
 
 
 def test_seed_004_story() -> None:
-    guard = StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)
+    guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
     guard.pre_agent_turn("turn-1")
     reached: list[str] = []
     messages: list[str] = []
@@ -243,7 +244,7 @@ def test_seed_004_story() -> None:
 
 
 def test_seed_004_counts_per_tool_whatever_the_arguments() -> None:
-    guard = StopRepeatedCalls(match="tool", max_calls=2)
+    guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2)
     assert guard.pre_tool_call(ToolCall("track_parcel", {"tracking_number": "A"})) is None
     assert guard.pre_tool_call(ToolCall("track_parcel", {"tracking_number": "B"})) is None
     assert guard.pre_tool_call(ToolCall("track_parcel", {"tracking_number": "C"})) is not None

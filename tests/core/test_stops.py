@@ -18,7 +18,9 @@ def refuse(guard: StopRepeatedCalls, times: int) -> None:
 
 def test_ignored_refusals_end_the_turn_at_the_next_model_call() -> None:
     guard = StopRepeatedCalls(max_calls=0, max_refusals=3)
-    refuse(guard, 2)
+    for _ in range(2):
+        assert guard.pre_llm_call() is None
+        refuse(guard, 1)
     assert guard.pre_llm_call() is None
     refuse(guard, 1)
     stop = guard.pre_llm_call()
@@ -27,6 +29,22 @@ def test_ignored_refusals_end_the_turn_at_the_next_model_call() -> None:
         stop.message
         == "I stopped: I kept calling track_parcel, and its result would not change in this turn. Ask me again later."
     )
+
+
+def test_refusals_in_one_model_response_count_once() -> None:
+    """5 parallel calls in one response, 3 refused: the model has seen none of them yet, so the turn goes on."""
+    guard = StopRepeatedCalls(max_calls=2, max_refusals=3)
+    assert guard.pre_llm_call() is None
+    decisions = [guard.pre_tool_call(CALL) for _ in range(5)]
+    assert [d is None for d in decisions] == [True, True, False, False, False]
+    assert guard.state.refusals == 3 and guard.state.refused_responses == 1
+    assert guard.pre_llm_call() is None  # the model now reads the 3 refusals
+    refuse(guard, 1)  # ...and asks again: the 2nd response it got refused
+    assert guard.pre_llm_call() is None
+    refuse(guard, 2)
+    stop = guard.pre_llm_call()
+    assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
+    assert guard.state.refused_responses == 3 and guard.state.refusals == 6
 
 
 def test_max_refusals_zero_ends_the_turn_at_the_first_refusal_as_a_repeated_call() -> None:

@@ -1,0 +1,260 @@
+"""``repeat-hooks replay``: replay recorded trajectories through policies, side by side.
+
+Tune a policy on your own logs before turning it on::
+
+    repeat-hooks replay logs.jsonl.gz --policy '{}' --policy '{"count": "per_turn"}'
+
+Input: JSON Lines or JSON (a list), optionally gzipped, each record either the generic format
+(``{"id", "success", "turns": [[{"name", "arguments", "result", "ok"}, ...], ...]}``: one call per model
+response) or an OpenAI chat-format conversation (a list of messages, or ``{"messages": [...], "success":
+...}``: each user message starts a turn; an assistant message's ``tool_calls`` are one response; ``tool``
+messages carry the results). A malformed record is reported on stderr with its line number, and the rest is
+still replayed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import ValidationError
+
+from .policy import Policy
+from .replay import RecordedCall, Tally, Trajectory, replay_one
+
+PROGRESS_BYTES = 4 * 1024 * 1024
+"""Files larger than this show a progress bar on a terminal."""
+
+ROWS: tuple[tuple[str, str], ...] = (
+    ("trajectories", "trajectories"),
+    ("successful", "successful"),
+    ("successful_with_refusal", "successful with a refusal or stop"),
+    ("harmful_in_successful", "harmful refusals in successful"),
+    ("harmful", "harmful refusals (all)"),
+    ("waste_prevented", "waste prevented"),
+    ("refused", "calls refused"),
+    ("turns_stopped", "turns stopped"),
+    ("loops_caught", "no-progress loops caught"),
+)
+
+
+class MalformedRecord(ValueError):
+    """A record that is neither the generic format nor a chat-format conversation."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``repeat-hooks`` console script; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="repeat-hooks", description="Stop LLM agents from repeating tool calls.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    play = commands.add_parser("replay", help="replay recorded trajectories through one or more policies")
+    play.add_argument("files", nargs="+", type=Path, help="JSONL or JSON files, optionally gzipped")
+    play.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help="Policy settings as JSON, e.g. '{\"max_calls\": 3}'; repeat to compare (default: the default policy)",
+    )
+    play.add_argument("--json", action="store_true", help="print the figures as JSON")
+    play.add_argument("--examples", action="store_true", help="list where harmful refusals happened")
+    args = parser.parse_args(argv)
+    try:
+        policies = [Policy.model_validate_json(text) for text in args.policy] or [Policy()]
+    except ValidationError as error:
+        parser.error(f"--policy: {error}")
+    labels = args.policy or ["default"]
+    tallies = [Tally() for _ in policies]
+    errors = 0
+    for path in args.files:
+        try:
+            for trajectory in read_trajectories(path):
+                for policy, tally in zip(policies, tallies, strict=True):
+                    replay_one(policy, trajectory, tally)
+        except MalformedRecordsSeen as seen:
+            errors += seen.count
+        except OSError as error:
+            print(f"repeat-hooks: {path}: {error}", file=sys.stderr)
+            return 2
+    if args.json:
+        print(
+            json.dumps(
+                [{"policy": label, **tally.as_dict()} for label, tally in zip(labels, tallies, strict=True)], indent=2
+            )
+        )
+    else:
+        print(table(labels, tallies))
+        if args.examples:
+            for label, tally in zip(labels, tallies, strict=True):
+                for example in tally.examples:
+                    print(f"harmful ({label}): {example}")
+    return 1 if errors else 0
+
+
+def table(labels: Sequence[str], tallies: Sequence[Tally]) -> str:
+    """The figures side by side, one column per policy."""
+    heads = [_label(label) for label in labels]
+    width = max(len(name) for _, name in ROWS)
+    columns = [max(len(head), 8) for head in heads]
+    lines = ["  ".join([" " * width, *(head.rjust(col) for head, col in zip(heads, columns, strict=True))])]
+    for attribute, name in ROWS:
+        cells = []
+        for tally, col in zip(tallies, columns, strict=True):
+            value = getattr(tally, attribute)
+            if attribute == "loops_caught":
+                value = f"{value}/{tally.loops}"
+            cells.append(str(value).rjust(col))
+        lines.append("  ".join([name.ljust(width), *cells]))
+    return "\n".join(lines)
+
+
+def _label(label: str) -> str:
+    return label if len(label) <= 40 else label[:37] + "..."
+
+
+class MalformedRecordsSeen(Exception):
+    """Raised at the end of a file in which some records were malformed (each already reported)."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(f"{count} malformed records")
+        self.count = count
+
+
+def read_trajectories(path: Path) -> Iterator[Trajectory]:
+    """The trajectories in ``path`` (JSONL or JSON, gzipped or not); malformed records reported on stderr.
+
+    Raises ``MalformedRecordsSeen`` after the last good record if any record was malformed.
+    """
+    bad = 0
+    with path.open("rb") as raw:
+        size = path.stat().st_size
+        show = size > PROGRESS_BYTES and sys.stderr.isatty()
+        text = _open_text(raw)
+        first = text.read(1)
+        while first.isspace():
+            first = text.read(1)
+        if first == "[":
+            try:
+                records = json.loads(first + text.read())
+            except ValueError as error:
+                print(f"repeat-hooks: {path}: not valid JSON: {error}", file=sys.stderr)
+                raise MalformedRecordsSeen(1) from None
+            if records and isinstance(records[0], dict) and "role" in records[0]:
+                records = [records]  # one chat-format conversation
+            for index, record in enumerate(records):
+                try:
+                    yield parse_record(record, f"{path.name}:{index}")
+                except MalformedRecord as error:
+                    bad += 1
+                    print(f"repeat-hooks: {path}: record {index}: {error}", file=sys.stderr)
+        else:
+            lines = _lines(first, text)
+            for number, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    yield parse_record(json.loads(line), f"{path.name}:{number}")
+                except (ValueError, MalformedRecord) as error:
+                    bad += 1
+                    print(f"repeat-hooks: {path}: line {number}: {error}", file=sys.stderr)
+                if show and number % 50 == 0:
+                    print(f"\r{path.name}: {100 * raw.tell() // max(size, 1):3d}%", end="", file=sys.stderr)
+            if show:
+                print(f"\r{path.name}: 100%", file=sys.stderr)
+    if bad:
+        raise MalformedRecordsSeen(bad)
+
+
+def _open_text(raw: IO[bytes]) -> IO[str]:
+    magic = raw.read(2)
+    raw.seek(0)
+    binary: IO[bytes] = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw  # type: ignore[assignment]
+    return io.TextIOWrapper(binary, encoding="utf-8", errors="replace")
+
+
+def _lines(first: str, text: IO[str]) -> Iterator[str]:
+    yield first + text.readline()
+    yield from text
+
+
+def parse_record(record: Any, fallback_id: str) -> Trajectory:
+    """One record of either format as a ``Trajectory``; ``MalformedRecord`` says what is wrong."""
+    if isinstance(record, list):
+        return _chat(record, fallback_id, None)
+    if not isinstance(record, dict):
+        raise MalformedRecord(f"expected an object or a list of messages, got {type(record).__name__}")
+    ident = str(record.get("id", fallback_id))
+    success = record.get("success")
+    if success is not None and not isinstance(success, bool):
+        raise MalformedRecord(f"'success' must be true, false or null, got {success!r}")
+    if "turns" in record:
+        return _generic(record["turns"], ident, success)
+    if "messages" in record:
+        return _chat(record["messages"], ident, success)
+    raise MalformedRecord("expected 'turns' (generic format) or 'messages' (chat format)")
+
+
+def _generic(turns: Any, ident: str, success: bool | None) -> Trajectory:
+    if not isinstance(turns, list) or not all(isinstance(turn, list) for turn in turns):
+        raise MalformedRecord("'turns' must be a list of lists of calls")
+    parsed: list[list[list[RecordedCall]]] = []
+    for turn in turns:
+        calls = []
+        for call in turn:
+            if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+                raise MalformedRecord("every call needs a 'name' (text)")
+            calls.append(
+                [
+                    RecordedCall(
+                        call["name"],
+                        call.get("arguments"),
+                        call.get("result"),
+                        call.get("ok", True) is not False,
+                        call.get("read_only"),
+                    )
+                ]
+            )
+        parsed.append(calls)
+    return Trajectory(ident, parsed, success)
+
+
+def _chat(messages: Any, ident: str, success: bool | None) -> Trajectory:
+    if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
+        raise MalformedRecord("a chat-format conversation is a list of messages, each with a 'role'")
+    results: dict[str, tuple[Any, bool]] = {}
+    for message in messages:
+        if message["role"] == "tool" and "tool_call_id" in message:
+            results[str(message["tool_call_id"])] = (message.get("content"), not _is_error(message))
+    turns: list[list[list[RecordedCall]]] = []
+    for message in messages:
+        role = message["role"]
+        if role == "user":
+            turns.append([])
+            continue
+        if role != "assistant":
+            continue
+        if not turns:
+            turns.append([])  # tool calls before any user message
+        response = []
+        for tool_call in message.get("tool_calls") or []:
+            function = tool_call.get("function") if isinstance(tool_call, dict) else None
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                raise MalformedRecord("every tool call needs 'function': {'name', 'arguments'}")
+            result, ok = results.get(str(tool_call.get("id")), (None, True))
+            response.append(RecordedCall(function["name"], function.get("arguments"), result, ok))
+        if response:
+            turns[-1].append(response)
+    return Trajectory(ident, turns, success)
+
+
+def _is_error(message: dict[str, Any]) -> bool:
+    return message.get("status") == "error" or message.get("is_error") is True
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

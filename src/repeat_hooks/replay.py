@@ -1,0 +1,150 @@
+"""Replay recorded trajectories through a policy: what it would have refused, and was that right.
+
+A refused call does not run; the replay goes on with the recorded calls, as if the model had asked
+again anyway. A refused call is **waste prevented** when its recorded result equals the last result the
+model saw for that same call (same tool, same canonical arguments) in the turn, and **harmful** when it
+differs (the model would have learned something new). A successful trajectory with any refusal or stop
+is the false-alarm proxy: the task succeeded without help. Pure: no I/O; ``repeat_hooks.cli`` reads files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .call import ToolCall, call_key, outcome_digest
+from .policy import Policy
+from .state import GuardState
+
+LOOP_RUNS = 3
+"""A no-progress loop: one call run this many times in a row with the same outcome."""
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """One tool call of a recorded trajectory, with its recorded outcome."""
+
+    name: str
+    arguments: Any = None
+    result: Any = None
+    ok: bool = True
+    read_only: bool | None = None
+
+
+Response = Sequence[RecordedCall]
+"""The calls of one model response (parallel calls), in order."""
+Turn = Sequence[Response]
+"""One user turn: the model's responses that asked for tools, in order."""
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """A recorded conversation: its turns and the benchmark's success label (``None``: unknown)."""
+
+    id: str
+    turns: Sequence[Turn]
+    success: bool | None = None
+
+
+@dataclass
+class Tally:
+    """What one policy did over a set of trajectories."""
+
+    trajectories: int = 0
+    successful: int = 0
+    calls: int = 0
+    refused: int = 0
+    successful_with_refusal: int = 0
+    """Successful trajectories in which the policy refused a call or stopped a turn: false alarms."""
+    harmful: int = 0
+    """Refused calls whose recorded result was new to the model."""
+    harmful_in_successful: int = 0
+    waste_prevented: int = 0
+    """Refused calls whose recorded result repeated the last one the model saw."""
+    turns: int = 0
+    turns_stopped: int = 0
+    loops: int = 0
+    """Turns with a no-progress loop: a call run ``LOOP_RUNS`` times in a row with the same outcome."""
+    loops_caught: int = 0
+    """Of those, turns where the policy refused the loop by its ``LOOP_RUNS``-th run."""
+    examples: list[str] = field(default_factory=list)
+    """Where harmful refusals happened (trajectory id, turn, tool), the first few."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures as a JSON-ready dict."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+MAX_EXAMPLES = 20
+
+
+def replay(policy: Policy, trajectories: Iterable[Trajectory], tally: Tally | None = None) -> Tally:
+    """Replay ``trajectories`` through ``policy``, adding to ``tally`` (a new one if ``None``); returns it."""
+    tally = Tally() if tally is None else tally
+    for trajectory in trajectories:
+        replay_one(policy, trajectory, tally)
+    return tally
+
+
+def replay_one(policy: Policy, trajectory: Trajectory, tally: Tally) -> None:
+    """Replay one trajectory through ``policy`` into ``tally``."""
+    state = GuardState()
+    success = trajectory.success is True
+    tally.trajectories += 1
+    tally.successful += success
+    alarmed = False
+    for number, turn in enumerate(trajectory.turns):
+        turn_id = f"{trajectory.id}#{number}"
+        policy.start_turn(state, turn_id)
+        tally.turns += 1
+        seen: dict[str, str] = {}  # full key -> the outcome the model last saw
+        refused_at: set[int] = set()
+        order: list[tuple[str, str]] = []  # (full key, outcome) of every recorded call, for loops
+        stopped = False
+        for response in turn:
+            stopped = policy.check_model_call(state, turn_id) is not None or stopped
+            for call in response:
+                tally.calls += 1
+                full = call_key(call.name, call.arguments)
+                outcome = outcome_digest(call.ok, call.result)
+                order.append((full, outcome))
+                tool_call = ToolCall(call.name, call.arguments, read_only=call.read_only)
+                if policy.check_tool_call(state, tool_call, turn_id) is None:
+                    policy.record_tool_result(state, tool_call, call.ok, turn_id, result=call.result)
+                    seen[full] = outcome
+                    continue
+                tally.refused += 1
+                refused_at.add(len(order) - 1)
+                if seen.get(full) == outcome:
+                    tally.waste_prevented += 1
+                    continue
+                tally.harmful += 1
+                tally.harmful_in_successful += success
+                if len(tally.examples) < MAX_EXAMPLES:
+                    tally.examples.append(f"{trajectory.id} turn {number}: {call.name}")
+        if response_count(turn):
+            # the model's next call, for its answer: a stop there replaces the answer
+            stopped = policy.check_model_call(state, turn_id) is not None or stopped
+        tally.turns_stopped += stopped
+        alarmed = alarmed or stopped or bool(refused_at)
+        loop = _first_loop(order)
+        if loop is not None:
+            tally.loops += 1
+            tally.loops_caught += any(index in refused_at for index in loop)
+    tally.successful_with_refusal += success and alarmed
+
+
+def response_count(turn: Turn) -> int:
+    """How many model responses with tool calls ``turn`` holds."""
+    return sum(1 for response in turn if response)
+
+
+def _first_loop(order: list[tuple[str, str]]) -> range | None:
+    """The indexes of the first ``LOOP_RUNS`` runs of the first no-progress loop in ``order``, or ``None``."""
+    run = 1
+    for index in range(1, len(order)):
+        run = run + 1 if order[index] == order[index - 1] else 1
+        if run == LOOP_RUNS:
+            return range(index - LOOP_RUNS + 1, index + 1)
+    return None

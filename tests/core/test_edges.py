@@ -1,0 +1,192 @@
+"""The rules at their edges: each test pins one boundary a one-line change to the core would move."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from repeat_hooks import GuardState, StopReason, StopRepeatedCalls, ToolCall, call_key, canonical_arguments
+from repeat_hooks.call import MAX_ARGUMENT_CHARS
+from repeat_hooks.messages import REFUSE_FORBIDDEN
+
+SEARCH = ToolCall("search", {"q": "hammock"})
+
+
+def other(n: int) -> ToolCall:
+    return ToolCall("fetch", {"page": n})
+
+
+# -- budgets: non-finite and huge figures keep the state serializable ------------------------------
+
+
+@pytest.mark.parametrize("figures", [{"cost_usd": math.inf}, {"seconds": math.inf}, {"seconds": 1e308}])
+def test_infinite_or_overflowing_figures_keep_a_state_that_round_trips(figures: dict[str, float]) -> None:
+    guard = StopRepeatedCalls(max_model_seconds=60, max_cost_usd=1.0)
+    guard.post_llm_call(**figures)
+    guard.post_llm_call(**figures)
+    restored = StopRepeatedCalls.model_validate_json(guard.model_dump_json())
+    assert restored == guard
+    assert math.isfinite(restored.state.model_seconds) and math.isfinite(restored.state.cost_usd)
+    stop = restored.pre_llm_call()
+    assert stop is not None and stop.reason in (StopReason.TIME, StopReason.COST)
+
+
+def test_nan_figures_count_as_nothing() -> None:
+    guard = StopRepeatedCalls(max_model_seconds=1)
+    guard.post_llm_call(seconds=math.nan, cost_usd=-1)
+    assert guard.state.model_seconds == 0 and guard.state.cost_usd == 0
+    assert guard.pre_llm_call() is None
+
+
+def test_exactly_the_budget_is_not_over_it() -> None:
+    guard = StopRepeatedCalls(max_model_seconds=30, max_cost_usd=0.5)
+    guard.post_llm_call(seconds=30, cost_usd=0.5)
+    assert guard.pre_llm_call() is None
+    guard.post_llm_call(seconds=0.001)
+    stop = guard.pre_llm_call()
+    assert stop is not None and stop.reason is StopReason.TIME
+
+
+def test_exactly_max_model_calls_stops() -> None:
+    guard = StopRepeatedCalls(max_model_calls=2)
+    guard.post_llm_call()
+    assert guard.pre_llm_call() is None
+    guard.post_llm_call()
+    stop = guard.pre_llm_call()
+    assert stop is not None and stop.reason is StopReason.MAX_STEPS
+
+
+def test_errors_in_a_row_stop_at_exactly_the_limit() -> None:
+    guard = StopRepeatedCalls(max_errors_in_a_row=2)
+    guard.post_tool_call(other(1), ok=False, result="e1")
+    assert guard.pre_llm_call() is None
+    guard.post_tool_call(other(2), ok=False, result="e2")
+    stop = guard.pre_llm_call()
+    assert stop is not None and stop.reason is StopReason.TOO_MANY_ERRORS and "2 tool calls failed" in stop.message
+
+
+def test_post_tool_call_records_a_success_by_default() -> None:
+    guard = StopRepeatedCalls(max_errors_in_a_row=2)
+    guard.post_tool_call(other(1), ok=False)
+    guard.post_tool_call(other(2))
+    guard.post_tool_call(other(3), ok=False)
+    assert guard.state.errors_in_a_row == 1
+    assert guard.pre_llm_call() is None
+
+
+# -- a forbidden tool ------------------------------------------------------------------------------
+
+
+def test_a_forbidden_tool_gets_its_own_message() -> None:
+    guard = StopRepeatedCalls(limits={"delete_everything": 0})
+    refusal = guard.pre_tool_call(ToolCall("delete_everything"))
+    assert refusal is not None and refusal.message == REFUSE_FORBIDDEN.format(tool="delete_everything")
+    assert "0 times" not in refusal.message
+
+
+def test_a_custom_template_reads_limit_zero_as_zero() -> None:
+    guard = StopRepeatedCalls(limits={"delete_everything": 0}, refusal_message="{tool}: at most {limit} calls")
+    refusal = guard.pre_tool_call(ToolCall("delete_everything"))
+    assert refusal is not None and refusal.message == "delete_everything: at most 0 calls"
+
+
+# -- the sliding window: the last N calls, the current one included -------------------------------
+
+
+def calls_at(positions: list[int], total: int) -> list[ToolCall]:
+    return [SEARCH if n in positions else other(n) for n in range(total)]
+
+
+def test_the_window_holds_the_current_call_and_the_n_minus_1_before_it() -> None:
+    guard = StopRepeatedCalls(count="per_turn", window=8, max_calls=2)
+    decisions = [guard.pre_tool_call(call) is None for call in calls_at([0, 4, 8], 9)]
+    assert decisions[8] is True  # calls 1-8 hold two searches: 4 and 8
+    guard = StopRepeatedCalls(count="per_turn", window=8, max_calls=2)
+    decisions = [guard.pre_tool_call(call) is None for call in calls_at([1, 4, 8], 9)]
+    assert decisions[8] is False  # calls 1-8 hold three
+
+
+def test_the_window_works_with_progress_counting_too() -> None:
+    guard = StopRepeatedCalls(window=3, max_calls=2, read_only={"fetch"})
+    assert [guard.pre_tool_call(c) is None for c in (SEARCH, SEARCH, other(1), other(2), SEARCH)] == [True] * 5
+    guard = StopRepeatedCalls(window=4, max_calls=2, read_only={"fetch"})
+    assert [guard.pre_tool_call(c) is None for c in (SEARCH, SEARCH, other(1), SEARCH)] == [True, True, True, False]
+
+
+def test_max_keys_eviction_keeps_the_window_consistent() -> None:
+    guard = StopRepeatedCalls(count="per_turn", window=4, max_calls=2, max_keys=2)
+    for call in (SEARCH, other(1), other(2), SEARCH, SEARCH):
+        guard.pre_tool_call(call)
+    state = guard.state
+    assert len(state.counts) <= 2
+    assert set(state.recent) <= set(state.counts)
+    assert sum(state.counts.values()) == len(state.recent)
+    assert state.counts[call_key("search", {"q": "hammock"})] == 2  # the evicted search started again
+
+
+# -- keys ------------------------------------------------------------------------------------------
+
+
+def test_the_tool_name_and_the_arguments_are_kept_apart_in_the_key() -> None:
+    assert call_key("a", 12) != call_key("a1", 2)
+    assert call_key("a", "1") != call_key("a1", None)
+
+
+def test_argument_text_up_to_the_limit_is_parsed_and_past_it_is_not() -> None:
+    at_limit = '"' + "x" * (MAX_ARGUMENT_CHARS - 2) + '"'
+    assert len(at_limit) == MAX_ARGUMENT_CHARS
+    assert canonical_arguments(at_limit) == at_limit  # parsed: the JSON string "xxx..."
+    past = '"' + "x" * (MAX_ARGUMENT_CHARS - 1) + '"'
+    assert canonical_arguments(past) != past  # not parsed: the text itself, quotes and all
+    assert canonical_arguments(past) == canonical_arguments(past)
+
+
+def test_json_text_of_a_string_differs_from_the_plain_string() -> None:
+    assert canonical_arguments('"abc"') == '"abc"'
+    assert canonical_arguments("abc") == '"abc"'  # text that is not JSON stays one string
+    assert canonical_arguments('"[1]"') != canonical_arguments("[1]")
+
+
+def test_an_object_twice_is_not_a_cycle_and_is_encoded_in_full() -> None:
+    shared: dict[str, Any] = {"city": "Lyon", "request_id": 1}
+    text = canonical_arguments({"from": shared, "to": shared}, {"request_id"})
+    assert text == '{"from":{"city":"Lyon"},"to":{"city":"Lyon"}}'
+    assert "<cycle>" not in text
+
+
+# -- a new turn resets everything per turn ---------------------------------------------------------
+
+
+def test_a_new_turn_resets_every_per_turn_counter() -> None:
+    guard = StopRepeatedCalls(count="per_turn", window=4, max_calls=1, max_refusals=1)
+    guard.pre_agent_turn("t1")
+    guard.pre_tool_call(SEARCH)
+    guard.pre_tool_call(SEARCH)
+    guard.post_tool_call(other(1), ok=False)
+    guard.post_llm_call(seconds=3, cost_usd=0.25)
+    assert guard.pre_llm_call() is not None
+    guard.pre_agent_turn("t2")
+    assert guard.state.model_dump(include=set(PER_TURN)) == GuardState().model_dump(include=set(PER_TURN))
+    assert guard.state.turn == 2 and guard.state.turn_id == "t2"
+
+
+PER_TURN = (
+    "counts",
+    "marks",
+    "changes",
+    "runs",
+    "recent",
+    "refusals",
+    "responses",
+    "refused_responses",
+    "refused_in",
+    "last_refused",
+    "errors_in_a_row",
+    "last_failed",
+    "model_calls",
+    "model_seconds",
+    "cost_usd",
+    "stop",
+)

@@ -1,0 +1,210 @@
+"""Progress-aware counting (the default): a repeat is refused only when nothing has changed since its last run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from repeat_hooks import Policy, StopReason, StopRepeatedCalls, ToolCall
+from repeat_hooks.messages import REFUSE_CYCLE, REFUSE_NO_PROGRESS, REFUSE_SAME_FAILURE
+
+STATUS = ToolCall("get_status", {"line": 7})
+FIX = ToolCall("reset_modem", {"line": 7})
+LOOKUP = ToolCall("get_order", {"id": "A1"})
+
+
+def run(guard: StopRepeatedCalls, call: ToolCall, result: Any = "same", ok: bool = True) -> bool:
+    """One call as an adapter makes it: ``pre_tool_call``, then ``post_tool_call`` if it ran; ``True`` if it ran."""
+    if guard.pre_tool_call(call) is not None:
+        return False
+    guard.post_tool_call(call, ok=ok, result=result)
+    return True
+
+
+def test_the_default_counts_progress() -> None:
+    assert Policy().count == "progress"
+
+
+def test_the_third_back_to_back_identical_call_is_refused() -> None:
+    guard = StopRepeatedCalls()
+    assert [run(guard, STATUS) for _ in range(4)] == [True, True, False, False]
+    refusal = guard.pre_tool_call(STATUS)
+    assert refusal is not None and refusal.message == REFUSE_NO_PROGRESS.format(tool="get_status", limit=2)
+
+
+def test_a_call_that_may_change_state_restarts_the_other_counts() -> None:
+    guard = StopRepeatedCalls()
+    ran = [run(guard, call) for call in (STATUS, STATUS, FIX, STATUS, STATUS, STATUS)]
+    assert ran == [True, True, True, True, True, False]
+
+
+def test_a_read_only_call_restarts_nothing() -> None:
+    by_setting = StopRepeatedCalls(read_only={"get_order"})
+    assert [run(by_setting, call) for call in (STATUS, STATUS, LOOKUP, STATUS)] == [True, True, True, False]
+    by_hint = StopRepeatedCalls()
+    hinted = ToolCall("get_order", {"id": "A1"}, read_only=True)
+    assert [run(by_hint, call) for call in (STATUS, STATUS, hinted, STATUS)] == [True, True, True, False]
+
+
+def test_the_sdks_hint_wins_over_the_setting() -> None:
+    guard = StopRepeatedCalls(read_only={"reset_modem"})
+    writes = ToolCall("reset_modem", {"line": 7}, read_only=False)
+    assert [run(guard, call) for call in (STATUS, STATUS, writes, STATUS)] == [True, True, True, True]
+
+
+def test_a_failed_call_restarts_nothing() -> None:
+    guard = StopRepeatedCalls()
+    assert run(guard, STATUS) and run(guard, STATUS)
+    assert run(guard, FIX, result="modem busy", ok=False)
+    assert not run(guard, STATUS)
+
+
+def test_a_new_result_is_progress_and_restarts_the_calls_own_count() -> None:
+    guard = StopRepeatedCalls()
+    results = ["queued", "in transit", "out for delivery", "delivered", "delivered", "delivered"]
+    assert [run(guard, STATUS, result) for result in results] == [True] * 5 + [False]
+
+
+def test_results_are_compared_by_canonical_json_and_never_stored() -> None:
+    guard = StopRepeatedCalls()
+    assert run(guard, STATUS, {"status": "late", "eta": 3, "secret": "s3cr3t-token"})
+    assert run(guard, STATUS, '{"eta": 3, "secret": "s3cr3t-token", "status": "late"}')
+    assert not run(guard, STATUS, {"status": "late", "eta": 3})
+    assert "s3cr3t" not in guard.model_dump_json()
+
+
+def test_the_same_failure_again_is_no_progress_even_after_other_calls() -> None:
+    guard = StopRepeatedCalls()
+    outcomes = []
+    for attempt in range(3):
+        outcomes.append(run(guard, STATUS, "Error: line 7 unknown", ok=False))
+        outcomes.append(run(guard, ToolCall("reset_modem", {"line": 7, "attempt": attempt})))
+    assert outcomes == [True, True, True, True, False, True]
+    refusal = guard.pre_tool_call(STATUS)
+    assert refusal is not None and refusal.message == REFUSE_SAME_FAILURE.format(tool="get_status", limit=2)
+
+
+def test_a_different_failure_is_progress() -> None:
+    guard = StopRepeatedCalls()
+    for attempt, error in enumerate(("Error: timeout", "Error: busy", "Error: timeout")):
+        assert run(guard, STATUS, error, ok=False)
+        assert run(guard, FIX, f"reset {attempt}")
+    assert run(guard, STATUS, "ok")
+
+
+def test_a_retry_after_a_failure_that_then_succeeds_counts_afresh() -> None:
+    guard = StopRepeatedCalls()
+    assert run(guard, STATUS, "Error: timeout", ok=False)
+    assert run(guard, STATUS, "ok")
+    assert run(guard, STATUS, "ok")
+    assert not run(guard, STATUS, "ok")
+
+
+@pytest.mark.parametrize("period", [2, 3, 4])
+def test_a_cycle_is_refused_at_the_start_of_its_third_identical_pass(period: int) -> None:
+    guard = StopRepeatedCalls()
+    calls = [ToolCall(f"step_{n}", {"n": n}) for n in range(period)]
+    for _ in range(2):
+        assert [run(guard, call) for call in calls] == [True] * period
+    refusal = guard.pre_tool_call(calls[0])
+    assert refusal is not None and refusal.reason is StopReason.REPEATED_CALL
+    assert refusal.message == REFUSE_CYCLE.format(tool="step_0", count=period)
+    assert guard.events[-1].count == period
+
+
+def test_a_cycle_longer_than_max_cycle_period_is_not_a_cycle() -> None:
+    guard = StopRepeatedCalls(max_cycle_period=3)
+    calls = [ToolCall(f"step_{n}", {"n": n}) for n in range(4)]
+    for _ in range(2):
+        assert [run(guard, call) for call in calls] == [True] * 4
+    assert guard.pre_tool_call(calls[0]) is None
+
+
+def test_no_cycle_when_a_pass_returned_something_new() -> None:
+    guard = StopRepeatedCalls()
+    for status in ("offline", "online"):
+        assert run(guard, STATUS, status) and run(guard, FIX)
+    assert guard.pre_tool_call(STATUS) is None
+
+
+def test_cycle_detection_can_be_switched_off() -> None:
+    guard = StopRepeatedCalls(max_cycle_period=None)
+    for _ in range(3):
+        assert run(guard, STATUS) and run(guard, FIX)
+    assert guard.state.runs == []
+
+
+def test_a_redelivered_cycle_refusal_gets_the_same_text() -> None:
+    guard = StopRepeatedCalls()
+    for _ in range(2):
+        assert run(guard, STATUS) and run(guard, FIX)
+    again = ToolCall("get_status", {"line": 7}, call_id="c9")
+    first, second = guard.pre_tool_call(again), guard.pre_tool_call(again)
+    assert first is not None and first == second and first.message.startswith("Refused: the last 2 calls")
+    assert guard.state.refusals == 1
+
+
+def test_an_exempt_tool_between_polls_restarts_their_count() -> None:
+    guard = StopRepeatedCalls(exempt={"wait"})
+    wait = ToolCall("wait", {"seconds": 30})
+    for _ in range(5):
+        assert run(guard, STATUS, "running") and run(guard, wait, None)
+
+
+def test_per_turn_counting_counts_every_repeat_of_the_turn() -> None:
+    guard = StopRepeatedCalls(count="per_turn")
+    assert [run(guard, call) for call in (STATUS, FIX, STATUS, FIX, STATUS)] == [True, True, True, True, False]
+    refusal = guard.pre_tool_call(STATUS)
+    assert refusal is not None and "in this turn" in refusal.message
+
+
+def test_parallel_identical_calls_refuse_exactly_the_excess() -> None:
+    guard = StopRepeatedCalls()
+    assert guard.pre_llm_call() is None
+    decisions = [guard.pre_tool_call(STATUS) for _ in range(4)]
+    assert [d is None for d in decisions] == [True, True, False, False]
+    for _ in range(2):
+        guard.post_tool_call(STATUS, result="same")
+    assert guard.pre_tool_call(STATUS) is not None
+
+
+def test_a_write_running_in_parallel_restarts_the_reads_beside_it() -> None:
+    guard = StopRepeatedCalls()
+    assert guard.pre_tool_call(STATUS) is None and guard.pre_tool_call(STATUS) is None
+    assert guard.pre_tool_call(FIX) is None
+    guard.post_tool_call(STATUS, result="same")
+    guard.post_tool_call(FIX, result="done")
+    guard.post_tool_call(STATUS, result="same")
+    assert run(guard, STATUS)  # the fix ran after the reads had started: the status may differ now
+
+
+def test_a_write_repeated_with_only_failures_between_is_refused() -> None:
+    guard = StopRepeatedCalls()
+    outcomes = [run(guard, FIX, "done"), run(guard, STATUS, "Error", ok=False), run(guard, FIX, "done")]
+    assert outcomes == [True, True, True]
+    assert run(guard, STATUS, "Error 2", ok=False)
+    assert not run(guard, FIX, "done")  # the failures changed nothing
+
+
+def test_a_write_repeated_with_nothing_else_between_is_refused() -> None:
+    guard = StopRepeatedCalls()
+    assert [run(guard, FIX, "done") for _ in range(3)] == [True, True, False]
+
+
+def test_a_new_turn_forgets_progress() -> None:
+    guard = StopRepeatedCalls()
+    guard.pre_agent_turn("t1")
+    for _ in range(2):
+        assert run(guard, STATUS) and run(guard, FIX)
+    guard.pre_agent_turn("t2")
+    assert guard.state.marks == {} and guard.state.runs == [] and guard.state.changes == 0
+    assert run(guard, STATUS)
+
+
+def test_max_keys_forgets_the_marks_with_the_counts() -> None:
+    guard = StopRepeatedCalls(max_keys=2)
+    for n in range(5):
+        assert run(guard, ToolCall("lookup", {"n": n}))
+    assert len(guard.state.counts) == len(guard.state.marks) == 2
+    assert set(guard.state.counts) == set(guard.state.marks)

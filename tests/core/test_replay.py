@@ -1,0 +1,164 @@
+"""``repeat-hooks replay``: recorded trajectories through policies, on files a user would have."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from repeat_hooks import Policy
+from repeat_hooks.cli import main, parse_record
+from repeat_hooks.replay import RecordedCall, Trajectory, replay
+
+CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpora" / "tau2.jsonl.gz"
+
+
+def call(name: str, result: str = "same", ok: bool = True, **arguments: Any) -> dict[str, Any]:
+    return {"name": name, "arguments": arguments, "result": result, "ok": ok}
+
+
+LOOP = {
+    "id": "loop",
+    "success": False,
+    "turns": [[call("track", n=1), call("track", n=1), call("track", n=1), call("track", n=1)]],
+}
+RECHECK = {
+    "id": "recheck",
+    "success": True,
+    "turns": [
+        [call("speed_test", "slow"), call("fix_apn"), call("speed_test", "slow"), call("reboot"), call("speed_test", "ok")]
+    ],
+}
+NEW_RESULT = {
+    "id": "polling",
+    "success": True,
+    "turns": [[call("track", status, n=2) for status in ("queued", "in transit", "delivered", "delivered")]],
+}
+
+
+def write_jsonl(path: Path, records: list[Any], gz: bool = False) -> Path:
+    text = "".join(json.dumps(record) + "\n" for record in records)
+    if gz:
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    return path
+
+
+def figures(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, Any]]:
+    assert main(["replay", *argv, "--json"]) == 0
+    result: list[dict[str, Any]] = json.loads(capsys.readouterr().out)
+    return result
+
+
+def test_generic_format_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_jsonl(tmp_path / "runs.jsonl.gz", [LOOP, RECHECK, NEW_RESULT], gz=True)
+    progress, per_turn = figures(capsys, str(path), "--policy", "{}", "--policy", '{"count": "per_turn"}')
+    assert progress["trajectories"] == per_turn["trajectories"] == 3
+    assert progress["successful"] == 2
+    # the loop: the 3rd and 4th identical calls are refused, and their results repeat the last one
+    assert progress["waste_prevented"] == 2 and progress["harmful"] == 0
+    assert progress["successful_with_refusal"] == 0 and progress["loops_caught"] == progress["loops"] == 1
+    # counting per turn refuses the 3rd speed test (a new result) and the 3rd and 4th polls (new to the model)
+    assert per_turn["harmful"] == 3 and per_turn["harmful_in_successful"] == 3
+    assert per_turn["successful_with_refusal"] == 2
+
+
+def test_chat_format_written_by_a_test(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def assistant(*calls: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": ident, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+                for ident, name, arguments in calls
+            ],
+        }
+
+    def tool(ident: str, content: str) -> dict[str, Any]:
+        return {"role": "tool", "tool_call_id": ident, "content": content}
+
+    parcel = {"tracking_number": "FR-7731"}
+    messages = [
+        {"role": "system", "content": "You track parcels."},
+        {"role": "user", "content": "Where is FR-7731?"},
+        assistant(("c1", "track_parcel", parcel)),
+        tool("c1", "in transit"),
+        assistant(("c2", "track_parcel", parcel)),
+        tool("c2", "in transit"),
+        # three parallel calls in one response: one more would already be a 3rd run
+        assistant(("c3", "track_parcel", parcel), ("c4", "track_parcel", parcel), ("c5", "track_parcel", parcel)),
+        tool("c3", "in transit"),
+        tool("c4", "in transit"),
+        tool("c5", "in transit"),
+        {"role": "assistant", "content": "It is in transit."},
+        {"role": "user", "content": "And now?"},
+        assistant(("c6", "track_parcel", parcel)),
+        tool("c6", "delivered"),
+    ]
+    one = tmp_path / "conversation.json"
+    one.write_text(json.dumps(messages))
+    many = write_jsonl(tmp_path / "conversations.jsonl", [{"messages": messages, "success": True}])
+    for path in (one, many):
+        (result,) = figures(capsys, str(path))
+        assert result["trajectories"] == 1 and result["turns"] == 2
+        assert result["refused"] == 3 and result["waste_prevented"] == 3 and result["harmful"] == 0
+    trajectory = parse_record(messages, "x")
+    assert [len(turn) for turn in trajectory.turns] == [3, 1]
+    assert [len(response) for response in trajectory.turns[0]] == [1, 1, 3]
+
+
+def test_a_malformed_line_is_named_and_the_rest_replayed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(LOOP) + "\n{not json\n" + json.dumps({"turns": "nope"}) + "\n" + json.dumps(RECHECK))
+    assert main(["replay", str(path), "--json"]) == 1
+    captured = capsys.readouterr()
+    assert "line 2" in captured.err and "line 3" in captured.err and "'turns' must be" in captured.err
+    (result,) = json.loads(captured.out)
+    assert result["trajectories"] == 2 and result["waste_prevented"] == 2
+
+
+def test_a_bad_policy_names_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_jsonl(tmp_path / "runs.jsonl", [LOOP])
+    with pytest.raises(SystemExit):
+        main(["replay", str(path), "--policy", '{"max_calls": -1}'])
+    assert "max_calls" in capsys.readouterr().err
+
+
+def test_the_table_prints_one_column_per_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_jsonl(tmp_path / "runs.jsonl", [LOOP, RECHECK])
+    assert main(["replay", str(path), "--policy", "{}", "--policy", '{"count":"per_turn"}']) == 0
+    lines = capsys.readouterr().out.splitlines()
+    waste = next(line for line in lines if line.startswith("waste prevented"))
+    assert waste.split()[-2:] == ["2", "2"]
+    assert lines[0].split() == ["{}", '{"count":"per_turn"}']
+
+
+def test_replay_is_deterministic() -> None:
+    trajectory = Trajectory("t", [[[RecordedCall("a", {"x": 1}, "r")]] * 5], success=True)
+    first, second = replay(Policy(), [trajectory] * 3), replay(Policy(), [trajectory] * 3)
+    assert first == second and first.refused == 3 * 3
+
+
+def test_the_console_script_and_python_dash_m_agree(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "runs.jsonl", [LOOP])
+    script = Path(sys.executable).with_name("repeat-hooks")
+    via_script = subprocess.run([str(script), "replay", str(path)], capture_output=True, text=True, check=True)
+    via_module = subprocess.run(
+        [sys.executable, "-m", "repeat_hooks", "replay", str(path)], capture_output=True, text=True, check=True
+    )
+    assert via_script.stdout == via_module.stdout and "waste prevented" in via_script.stdout
+
+
+@pytest.mark.skipif(not CORPUS.exists(), reason="the shared corpus is beside the repository only")
+def test_the_default_on_the_tau2_corpus(capsys: pytest.CaptureFixture[str]) -> None:
+    (result,) = figures(capsys, str(CORPUS))
+    assert result["trajectories"] == 858 and result["successful"] == 543
+    assert result["successful_with_refusal"] <= 5
+    assert result["harmful_in_successful"] == 0
+    assert result["waste_prevented"] >= 890
