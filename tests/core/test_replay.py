@@ -31,7 +31,13 @@ RECHECK = {
     "id": "recheck",
     "success": True,
     "turns": [
-        [call("speed_test", "slow"), call("fix_apn"), call("speed_test", "slow"), call("reboot"), call("speed_test", "ok")]
+        [
+            call("speed_test", "slow"),
+            call("fix_apn"),
+            call("speed_test", "slow"),
+            call("reboot"),
+            call("speed_test", "ok"),
+        ]
     ],
 }
 NEW_RESULT = {
