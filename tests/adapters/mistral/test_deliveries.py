@@ -33,7 +33,7 @@ FR = {"tracking_number": "FR-7731"}
 
 
 class ParcelGuard(StopRepeatedCalls):
-    policy = Policy(match="tool", max_calls=2, max_refusals=3)
+    policy = Policy(count="per_turn", match="tool", max_calls=2, max_refusals=3)
 
 
 async def test_distinct_calls_sharing_one_model_call_id_are_all_counted(carrier: Any, agent_for: Any) -> None:
@@ -104,7 +104,7 @@ def _activity(activity_id: str) -> ActivityEnvironment:
 
 
 class OneCallGuard(StopRepeatedCalls):
-    policy = Policy(match="tool", max_calls=1, max_errors_in_a_row=2, max_model_calls=2)
+    policy = Policy(count="per_turn", match="tool", max_calls=1, max_errors_in_a_row=2, max_model_calls=2)
 
 
 async def test_a_redelivered_tool_call_is_decided_once() -> None:

@@ -99,7 +99,7 @@ class BrokenStore(MemoryStore):
 
 
 class OpenGuard(StopRepeatedCalls):
-    policy = Policy(match="tool", max_calls=1)
+    policy = Policy(count="per_turn", match="tool", max_calls=1)
     store = BrokenStore()
 
 
@@ -150,7 +150,7 @@ class FlakyStore(MemoryStore):
 
 
 class ClosedToolGuard(StopRepeatedCalls):
-    policy = Policy(match="tool", max_calls=1)
+    policy = Policy(count="per_turn", match="tool", max_calls=1)
     store = FlakyStore()
     fail_closed = True
 
@@ -202,7 +202,7 @@ def test_the_guard_takes_only_the_hook_points_its_policy_needs() -> None:
     """rc11 adds a loop step per hook point the class overrides: the seed-004 guard needs two."""
 
     class Lean(StopRepeatedCalls):
-        policy = Policy(match="tool", max_calls=2, max_refusals=3)
+        policy = Policy(count="per_turn", match="tool", max_calls=2, max_refusals=3)
 
     class Budgeted(Lean):
         policy = Policy(max_model_calls=8, max_errors_in_a_row=3)

@@ -21,7 +21,7 @@ STOP = "I stopped: I kept calling track_parcel, and its result would not change 
 
 
 class ParcelGuard(StopRepeatedCalls):
-    policy = Policy(match="tool", max_calls=2, max_refusals=3)
+    policy = Policy(count="per_turn", match="tool", max_calls=2, max_refusals=3)
 
 
 async def test_a_model_that_keeps_checking_is_refused_then_stopped(carrier: Any, agent_for: Any) -> None:

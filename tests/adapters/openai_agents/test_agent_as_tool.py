@@ -28,7 +28,7 @@ async def test_nested_run_counts_in_the_outer_turn(carrier: Any, nested_hooks: b
         [message("It is in Lyon.")],
     )
     outer = guard_agent(Agent(name="desk", model=outer_model, tools=[carrier.tool, lookup_tool]))
-    guard = StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3, limits={"ask_lookup": 5})
+    guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3, limits={"ask_lookup": 5})
 
     result = await Runner.run(outer, "Where is FR-7731?", context=guard, hooks=GuardHooks())
 
@@ -51,7 +51,7 @@ async def test_a_stop_inside_the_nested_run_ends_the_outer_turn(carrier: Any) ->
     outer = guard_agent(
         Agent(name="desk", model=outer_model, tools=[inner.as_tool(tool_name="ask_lookup", tool_description="Ask.")])
     )
-    guard = StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)
+    guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
 
     result = await Runner.run(outer, "Where is FR-7731?", context=guard, hooks=GuardHooks())
 

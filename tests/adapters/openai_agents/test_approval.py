@@ -84,7 +84,7 @@ def paused_model() -> ScriptedModel:
 async def pause(carrier: Any) -> tuple[Any, StopRepeatedCalls]:
     agent_tools, _ = tools(carrier)
     agent = guard_agent(Agent(name="parcel-tracker", model=paused_model(), tools=agent_tools))
-    guard = StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)
+    guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
     result = await Runner.run(agent, "Keep checking FR-7731", context=guard, hooks=GuardHooks())
     assert [item.name for item in result.interruptions] == ["notify_customer"]
     return result, guard

@@ -33,7 +33,7 @@ async def test_counting_continues_across_a_handoff_and_the_target_is_guarded(
         handoffs=[handoff(specialist) if as_handoff_object else specialist],
     )
     agent = guard_agent(triage)
-    guard = StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)
+    guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
 
     result = await Runner.run(agent, "Keep checking FR-7731", context=guard, hooks=GuardHooks())
 
@@ -69,7 +69,7 @@ async def test_a_handoff_keeps_the_turn_even_when_the_model_reports_no_usage(car
         [tool_call("track_parcel", ARGS, "t1")], [tool_call("transfer_to_specialist", {}, "t2")], reports_usage=False
     )
     agent = guard_agent(Agent(name="triage", model=triage_model, tools=[carrier.tool], handoffs=[specialist]))
-    guard = StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)
+    guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
 
     await Runner.run(agent, "Keep checking FR-7731", context=guard, hooks=GuardHooks())
 
@@ -98,7 +98,7 @@ async def test_a_turn_paused_after_a_handoff_resumes_on_the_guarded_target(carri
         return guard_agent(triage), specialist_model
 
     agent, _ = build()
-    guard = StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)
+    guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
     paused = await Runner.run(agent, "Track, then refund", context=guard, hooks=GuardHooks())
     assert paused.last_agent.name == "specialist" and paused.interruptions
     saved = json.dumps(paused.to_state().to_json(context_serializer=context_serializer))

@@ -46,7 +46,7 @@ async def test_mcp_tools_are_refused_past_the_limit(tmp_path: Path) -> None:
     async with server:
         model = ScriptedModel(then=keep_calling("track_parcel", {"tracking_number": "FR-7731"}))
         agent = guard_agent(Agent(name="parcel-tracker", model=model, mcp_servers=[server]))
-        guard = StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)
+        guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
 
         result = await Runner.run(agent, "Keep checking FR-7731", context=guard, hooks=GuardHooks())
 

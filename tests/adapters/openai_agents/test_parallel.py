@@ -39,7 +39,7 @@ async def test_parallel_calls_are_counted_exactly_and_later_siblings_are_refused
 
     model = ScriptedModel(then=three_at_once)
     agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[track_parcel]))
-    guard = StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)
+    guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
 
     if streamed:
         result: Any = Runner.run_streamed(agent, "Track FR-1..3", context=guard, hooks=GuardHooks())
@@ -48,12 +48,13 @@ async def test_parallel_calls_are_counted_exactly_and_later_siblings_are_refused
     else:
         result = await Runner.run(agent, "Track FR-1..3", context=guard, hooks=GuardHooks())
 
-    # Response 1: the first two listed run, the third is refused. Response 2: all three refused, which
-    # overshoots max_refusals within the batch; the turn ends before a 3rd model call.
+    # Response 1: the first two listed run, the third is refused. Responses 2 and 3: all three refused.
+    # Refusals count once per model response, so the turn ends before the 4th model call, once the
+    # model has read the refusals of two responses and asked again.
     assert sorted(reached) == ["FR-1", "FR-2"]
-    assert refused_ids(model) == ["call_3"]  # call_4..6 were refused too, but no model call saw them
-    assert model.calls == 2
-    assert guard.state.refusals == 4
+    assert refused_ids(model) == ["call_3", "call_4", "call_5", "call_6"]  # call_7..9: no model call saw them
+    assert model.calls == 3
+    assert guard.state.refusals == 7 and guard.state.refused_responses == 3
     assert result.final_output == STOPPED
 
 
@@ -71,7 +72,7 @@ async def test_refused_sibling_is_the_same_on_every_run() -> None:
             return "in transit"
 
         agent = guard_agent(Agent(name="p", model=model, tools=[track_parcel]))
-        guard = StopRepeatedCalls(match="tool", max_calls=2)
+        guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2)
         await Runner.run(agent, "Track A..D", context=guard, hooks=GuardHooks())
         received = model.outputs_received(1)
         refused.add(tuple(sorted(cid for cid, text in received.items() if text.startswith("Refused"))))
@@ -91,7 +92,7 @@ async def test_one_guarded_agent_serves_concurrent_runs_with_their_own_counts() 
     # One shared agent and model; each run keeps calling its own parcel.
     model = ScriptedModel(then=keep_calling("track_parcel", {"tracking_number": "X"}))
     agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[track_parcel]))
-    guards = [StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3) for _ in range(8)]
+    guards = [StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3) for _ in range(8)]
 
     results = await asyncio.gather(
         *(Runner.run(agent, f"Keep checking parcel {i}", context=g, hooks=GuardHooks()) for i, g in enumerate(guards))
@@ -117,7 +118,7 @@ async def test_the_guard_may_sit_in_your_own_context(carrier: Any) -> None:
     class AppContext:
         def __init__(self) -> None:
             self.user_id = "u1"
-            self.repeat_guard = StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)
+            self.repeat_guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
 
     model = ScriptedModel(then=keep_calling("track_parcel", {"tracking_number": "X"}))
     agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[carrier.tool]))

@@ -20,7 +20,7 @@ ARGS = {"tracking_number": "FR-7731"}
 
 
 def seed_004() -> StopRepeatedCalls:
-    return StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)
+    return StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
 
 
 def parcel_agent(model: ScriptedModel, carrier: Any) -> Agent[Any]:
@@ -72,14 +72,15 @@ async def test_a_model_that_answers_is_left_alone(carrier: Any) -> None:
 
 
 async def test_default_policy_refuses_only_identical_calls(carrier: Any) -> None:
-    numbers = ["FR-1", "FR-2", "FR-3", "FR-1", "FR-1"]
+    numbers = ["FR-1", "FR-2", "FR-1", "FR-1", "FR-1"]
     replies = [[tool_call("track_parcel", {"tracking_number": n}, f"c{i}")] for i, n in enumerate(numbers)]
     model = ScriptedModel(*replies, [message("Done.")])
-    guard = StopRepeatedCalls()  # same tool + same arguments, the 3rd is refused
+    guard = StopRepeatedCalls()  # same tool + same arguments, the 3rd with nothing changed between is refused
 
-    result = await Runner.run(parcel_agent(model, carrier), "Track three parcels", context=guard, hooks=GuardHooks())
+    result = await Runner.run(parcel_agent(model, carrier), "Track two parcels", context=guard, hooks=GuardHooks())
 
-    assert carrier.calls == ["FR-1", "FR-2", "FR-3", "FR-1"]
+    # FR-2 may have changed something, so FR-1 counts from 1 again after it: its 3rd run in a row is refused.
+    assert carrier.calls == ["FR-1", "FR-2", "FR-1", "FR-1"]
     assert model.outputs_received(5)["c4"].startswith("Refused: you already called track_parcel with these exact")
     assert result.final_output == "Done."
 

@@ -45,7 +45,7 @@ async def test_calls_your_guardrail_rejects_are_not_counted() -> None:
     numbers = ["BLOCKED-1", "BLOCKED-2", "BLOCKED-3", "FR-1", "FR-2", "FR-3"]
     model = ScriptedModel(*[[tool_call("track_parcel", {"tracking_number": n}, n)] for n in numbers], [message("ok")])
     agent = guard_agent(Agent(name="p", model=model, tools=[track_parcel]))
-    guard = StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)
+    guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
 
     await Runner.run(agent, "Track them", context=guard, hooks=GuardHooks())
 
@@ -98,7 +98,7 @@ async def test_your_callable_behaviour_is_asked_first(carrier: Any) -> None:
 
     model = ScriptedModel(then=keep_calling("track_parcel", ARGS))
     agent = guard_agent(Agent(name="p", model=model, tools=[carrier.tool], tool_use_behavior=finish_after_two))
-    guard = StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)
+    guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
 
     result = await Runner.run(agent, "Where?", context=guard, hooks=GuardHooks())
 

@@ -36,7 +36,7 @@ PROMPTS = ("Where are my parcels PX-42 and PX-7?", "Any news on PX-42?")
 """The user's messages: one turn each, in one conversation (one workflow)."""
 STUCK_PARCEL = "PX-42"
 OTHER_PARCEL = "PX-7"
-POLICY: dict[str, Any] = {"max_calls": 2, "max_refusals": 3}
+POLICY: dict[str, Any] = {"count": "per_turn", "max_calls": 2, "max_refusals": 3}
 """The guard's settings (``repeat_hooks.Policy`` fields), sent as workflow input: every replay uses the same."""
 MAX_SCRIPTED_STEPS = 20
 """Past this many model calls the scripted model gives up with a text answer (a guard that never stops)."""
