@@ -11,7 +11,9 @@ What changes on the clone (the agent you pass in, its tools and its handoffs are
 - local MCP servers get the input and output guardrails in their ``tool_input_guardrails`` /
   ``tool_output_guardrails`` (the SDK builds MCP tools from those on every run). The server object
   is shared, so this is the one change made in place; the server's guardrail does nothing for a run
-  whose context holds no guard.
+  whose context holds no guard. Each call carries the server's ``readOnlyHint`` for its tool;
+- ``hooks`` becomes ``RequireGuardHooks(original)``: your agent hooks still fire, and the first model
+  call of a run without ``GuardHooks`` raises ``GuardSetupError`` instead of counting into a stale turn.
 
 Out of reach: hosted tools (web search, file search, code interpreter, hosted MCP, image
 generation) run at OpenAI and never pass through a guardrail; shell, apply_patch, computer and
@@ -30,7 +32,8 @@ from typing import Any, TypeVar
 from agents import Agent, FunctionTool, Handoff, RunContextWrapper, Tool
 
 from .behavior import EndTurn
-from .guardrails import FailureCheck, is_ours, record_outcome, refuse_repeats, refuse_repeats_on_server
+from .guardrails import FailureCheck, McpHints, is_ours, record_outcome, refuse_repeats, refuse_repeats_on_server
+from .hooks import RequireGuardHooks
 
 TContext = TypeVar("TContext")
 
@@ -53,8 +56,8 @@ class _Guarding:
     """One guard_agent call: guards each agent of the handoff graph once."""
 
     def __init__(self, is_failure: FailureCheck | None) -> None:
+        self.is_failure = is_failure
         self.outcome = record_outcome(is_failure)
-        self.server_outcome = record_outcome(is_failure)
         self.done: dict[int, tuple[Agent[Any], Agent[Any]]] = {}
 
     def agent(self, agent: Agent[TContext]) -> Agent[TContext]:
@@ -65,16 +68,17 @@ class _Guarding:
         clone = agent.clone(
             tools=[self.tool(tool) for tool in agent.tools],
             tool_use_behavior=EndTurn(agent.tool_use_behavior),
+            hooks=RequireGuardHooks(agent.hooks),
         )
         self.done[id(agent)] = (agent, clone)  # before the handoffs: they may lead back here
         clone.handoffs = [self.handoff(entry) for entry in agent.handoffs]
         for server in agent.mcp_servers:
             inputs = list(server.tool_input_guardrails or [])
             if not any(is_ours(g) for g in inputs):
-                server.tool_input_guardrails = [*inputs, refuse_repeats_on_server]
+                server.tool_input_guardrails = [*inputs, refuse_repeats_on_server(server)]
             outputs = list(server.tool_output_guardrails or [])
             if not any(is_ours(g) for g in outputs):
-                server.tool_output_guardrails = [*outputs, self.server_outcome]
+                server.tool_output_guardrails = [*outputs, record_outcome(self.is_failure, McpHints(server))]
         return clone
 
     def tool(self, tool: Tool) -> Tool:

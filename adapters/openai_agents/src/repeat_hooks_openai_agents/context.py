@@ -14,6 +14,8 @@ from pydantic import BaseModel
 
 from repeat_hooks import StopRepeatedCalls
 
+from .errors import MissingGuard
+
 GUARD_ATTRIBUTE = "repeat_guard"
 """The attribute of your own context object that holds its ``StopRepeatedCalls``."""
 
@@ -27,15 +29,33 @@ def find_guard(context: Any) -> StopRepeatedCalls | None:
 
 
 def require_guard(context: Any) -> StopRepeatedCalls:
-    """The guard the run context holds; raises ``TypeError`` saying how to pass one when there is none."""
+    """The guard the run context holds; raises ``MissingGuard`` (a ``TypeError``) saying how to pass one.
+
+    A plain dict that looks like a saved guard, or a saved context holding one, is what the SDK's
+    ``RunState.from_json`` restores without a ``context_deserializer``: the message then says to pass one.
+    """
     guard = find_guard(context)
     if guard is None:
-        raise TypeError(
+        if _looks_saved(context):
+            raise MissingGuard(
+                "repeat-hooks: the run context is a plain dict, not a StopRepeatedCalls: this RunState was "
+                "restored with RunState.from_json(agent, data) and no context_deserializer, so the SDK "
+                "left the saved context as JSON. Restore it with RunState.from_json(agent, data, "
+                "context_deserializer=context_deserializer) (from repeat_hooks_openai_agents), or "
+                "context_deserializer=YourContext.model_validate for your own pydantic context holding the "
+                f"guard in `{GUARD_ATTRIBUTE}`"
+            )
+        raise MissingGuard(
             "repeat-hooks: a guarded agent needs a StopRepeatedCalls in its run context: pass "
             "Runner.run(agent, input, context=StopRepeatedCalls(...)), or a context object with a "
             f"`{GUARD_ATTRIBUTE}` attribute holding one (got a context of type {type(context).__name__})"
         )
     return guard
+
+
+def _looks_saved(context: Any) -> bool:
+    """``True`` for a dict holding a dumped guard (its ``state``) or a dumped context with ``repeat_guard``."""
+    return isinstance(context, Mapping) and ("state" in context or GUARD_ATTRIBUTE in context)
 
 
 def context_serializer(context: Any) -> Mapping[str, Any]:

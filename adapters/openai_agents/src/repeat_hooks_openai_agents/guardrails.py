@@ -4,7 +4,9 @@
   the limit, rejects it with ``ToolGuardrailFunctionOutput.reject_content(message)``, so the tool does
   not run and the model receives the refusal text as the call's output.
 - ``RecordOutcome`` (a tool *output* guardrail) runs after the tool: it tells the guard whether the
-  call succeeded, for ``max_errors_in_a_row`` and ``count_failures=False``.
+  call succeeded and what it returned (a different result is progress; the core keeps a digest).
+
+For a local MCP server's tools, the call carries the server's ``readOnlyHint`` (``McpHints``).
 
 Both are appended after the tool's own guardrails. The SDK runs input guardrails in order and stops
 at the first rejection (``run_internal/tool_execution.py`` ``_execute_tool_input_guardrails``), so a
@@ -35,7 +37,7 @@ from agents.tool_context import ToolContext
 from repeat_hooks import StopRepeatedCalls, ToolCall
 
 from .context import find_guard, require_guard
-from .turns import turn_of
+from .turns import note_refused, turn_in_run
 
 FailureCheck = Callable[[Any], bool]
 """Says whether a tool's output means the call failed (``True``) or succeeded."""
@@ -74,64 +76,118 @@ def delivery_id(tool_context: ToolContext[Any], guard: StopRepeatedCalls) -> str
     return f"{call_id}@{state.turn}.{state.model_calls}"
 
 
-def _refuse_repeats(data: ToolInputGuardrailData, *, strict: bool) -> ToolGuardrailFunctionOutput:
-    tool_context = data.context
-    guard = require_guard(tool_context.context) if strict else find_guard(tool_context.context)
-    if guard is None:
-        return _ALLOW
-    call = ToolCall(tool_context.tool_name, tool_context.tool_arguments, delivery_id(tool_context, guard))
-    refusal = guard.pre_tool_call(call, turn_of(tool_context.usage))
-    if refusal is None:
-        return _ALLOW
-    return ToolGuardrailFunctionOutput.reject_content(refusal.message, output_info=refusal)
+def _approved(tool_context: ToolContext[Any]) -> bool:
+    """``True`` when a human approved this call (it may then run on resume before ``on_agent_start``)."""
+    return tool_context.is_tool_approved(tool_context.tool_name, tool_context.tool_call_id) is True
 
 
-def _refuse_repeats_strict(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
-    """Fires before each call of a guarded agent's tool: allows it, or rejects it with the refusal text."""
-    return _refuse_repeats(data, strict=True)
+class McpHints:
+    """What a local MCP server says of its tools: ``readOnlyHint``, by tool name, for ``ToolCall.read_only``.
+
+    Read from the server's last tool listing (the SDK lists the tools before every run that uses the
+    server, so the listing is there before any call). ``True``/``False`` as the server declared it;
+    ``None`` when the server said nothing (the policy's ``read_only`` setting then decides) or when
+    the tool is not found under that name (``include_server_in_tool_names`` renames tools).
+    These are the server's hints, not proof: a server that lies about them weakens the guard.
+    """
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self._listed: object = None
+        self._hints: dict[str, bool | None] = {}
+
+    def read_only(self, tool_name: str) -> bool | None:
+        """The server's ``readOnlyHint`` for ``tool_name``, or ``None`` when unknown."""
+        # The SDK's own list (replaced on every refresh); its public ``cached_tools`` is a deep copy per read.
+        listed = getattr(self.server, "_tools_list", None)
+        if not isinstance(listed, list):
+            listed = getattr(self.server, "cached_tools", None)
+        if not isinstance(listed, list):
+            return None
+        if listed is not self._listed:
+            self._hints = {tool.name: _read_only_hint(tool) for tool in listed if isinstance(getattr(tool, "name", None), str)}
+            self._listed = listed
+        return self._hints.get(tool_name)
 
 
-def _refuse_repeats_lenient(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
-    """Like ``refuse_repeats``, but allows every call when the run context holds no guard."""
-    return _refuse_repeats(data, strict=False)
+def _read_only_hint(tool: Any) -> bool | None:
+    hint = getattr(getattr(tool, "annotations", None), "readOnlyHint", None)
+    return hint if isinstance(hint, bool) else None
 
 
-refuse_repeats: ToolInputGuardrail[Any] = ToolInputGuardrail(_refuse_repeats_strict, name="repeat_hooks")
-"""The input guardrail on a guarded agent's own tools; raises ``TypeError`` if the context holds no guard."""
+def _call_of(tool_context: ToolContext[Any], guard: StopRepeatedCalls, hints: McpHints | None) -> ToolCall:
+    read_only = None if hints is None else hints.read_only(tool_context.tool_name)
+    return ToolCall(
+        tool_context.tool_name, tool_context.tool_arguments, delivery_id(tool_context, guard), read_only=read_only
+    )
 
-refuse_repeats_on_server: ToolInputGuardrail[Any] = ToolInputGuardrail(_refuse_repeats_lenient, name="repeat_hooks")
-"""The input guardrail on MCP servers, which other, unguarded agents may share: no guard, no check."""
+
+class RefuseRepeats:
+    """The input guardrail's function: fires before each call of a guarded tool, allows it or refuses it.
+
+    ``strict`` (a guarded agent's own tools): a run context without a guard raises ``MissingGuard``.
+    Not strict (a local MCP server, which unguarded agents may share): no guard, no check.
+    ``hints``: the MCP server's ``readOnlyHint`` for each of its tools.
+    """
+
+    def __init__(self, *, strict: bool, hints: McpHints | None = None) -> None:
+        self.strict = strict
+        self.hints = hints
+
+    def __call__(self, data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        """Count the call in the run's guard; returns "allow", or ``reject_content(refusal.message)``."""
+        tool_context = data.context
+        guard = require_guard(tool_context.context) if self.strict else find_guard(tool_context.context)
+        if guard is None:
+            return _ALLOW
+        turn_id = turn_in_run(guard, tool_context.usage, resumed=_approved(tool_context))
+        refusal = guard.pre_tool_call(_call_of(tool_context, guard, self.hints), turn_id)
+        if refusal is None:
+            return _ALLOW
+        note_refused(tool_context.usage, tool_context.tool_call_id)
+        return ToolGuardrailFunctionOutput.reject_content(refusal.message, output_info=refusal)
+
+
+refuse_repeats: ToolInputGuardrail[Any] = ToolInputGuardrail(RefuseRepeats(strict=True), name="repeat_hooks")
+"""The input guardrail on a guarded agent's own tools; raises ``MissingGuard`` if the context holds no guard."""
+
+
+def refuse_repeats_on_server(server: Any) -> ToolInputGuardrail[Any]:
+    """The input guardrail for a local MCP server's tools: no guard in the context, no check."""
+    return ToolInputGuardrail(RefuseRepeats(strict=False, hints=McpHints(server)), name="repeat_hooks")
 
 
 class RecordOutcome:
-    """The output guardrail's function: fires after a guarded tool ran and records ok or failed.
+    """The output guardrail's function: fires after a guarded tool ran and records its outcome.
 
-    A call failed when its output is the SDK's error text (``is_sdk_error``) or when ``is_failure``
-    says so. Always allows the output through unchanged.
+    Passes the guard the call's result (the tool's output, digested by the core, never stored) and
+    whether it failed: its output is the SDK's error text (``is_sdk_error``) or ``is_failure`` says
+    so. Always allows the output through unchanged.
     """
 
-    def __init__(self, is_failure: FailureCheck | None = None) -> None:
+    def __init__(self, is_failure: FailureCheck | None = None, hints: McpHints | None = None) -> None:
         self.is_failure = is_failure
+        self.hints = hints
 
     def __call__(self, data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
-        """Record the call's outcome in the run context's guard; returns "allow"."""
+        """Record the call's outcome and result in the run context's guard; returns "allow"."""
         tool_context = data.context
         guard = find_guard(tool_context.context)
         if guard is None:
             return _ALLOW
+        turn_id = turn_in_run(guard, tool_context.usage, resumed=_approved(tool_context))
         output = data.output
         failed = is_sdk_error(output) or (self.is_failure is not None and bool(self.is_failure(output)))
-        call = ToolCall(tool_context.tool_name, tool_context.tool_arguments, delivery_id(tool_context, guard))
-        guard.post_tool_call(call, not failed, turn_of(tool_context.usage))
+        call = _call_of(tool_context, guard, self.hints)
+        guard.post_tool_call(call, not failed, turn_id, result=output)
         return _ALLOW
 
 
-def record_outcome(is_failure: FailureCheck | None = None) -> ToolOutputGuardrail[Any]:
-    """A tool output guardrail that records each call's outcome (see ``RecordOutcome``)."""
-    return ToolOutputGuardrail(RecordOutcome(is_failure), name="repeat_hooks_outcome")
+def record_outcome(is_failure: FailureCheck | None = None, hints: McpHints | None = None) -> ToolOutputGuardrail[Any]:
+    """A tool output guardrail that records each call's outcome and result (see ``RecordOutcome``)."""
+    return ToolOutputGuardrail(RecordOutcome(is_failure, hints), name="repeat_hooks_outcome")
 
 
 def is_ours(guardrail: object) -> bool:
     """``True`` for a guardrail this adapter made (so guarding twice attaches nothing twice)."""
-    function = getattr(guardrail, "guardrail_function", None)
-    return function in (_refuse_repeats_strict, _refuse_repeats_lenient) or isinstance(function, RecordOutcome)
+    return isinstance(getattr(guardrail, "guardrail_function", None), (RefuseRepeats, RecordOutcome))

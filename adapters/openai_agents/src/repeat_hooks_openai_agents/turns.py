@@ -13,6 +13,10 @@ whole run (``run_context.py``: ``RunContextWrapper.usage``), shares with nested 
 
 The turn id is remembered per ``Usage`` object (weakly: nothing outlives the run) and passed to every
 rule of the core, which resets lazily when it sees a new id and does nothing for the current one.
+
+``turn_in_run`` is what every guarded callback asks: it raises when the run has no turn (no
+``GuardHooks``) or when another run has started a turn on the same guard since (one guard shared by
+two concurrent runs, which would otherwise reset each other's counts back and forth).
 """
 
 from __future__ import annotations
@@ -20,20 +24,71 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING
 
+from .errors import NO_HOOKS, ONE_GUARD_PER_CONVERSATION, GuardSetupError
+
 if TYPE_CHECKING:
     from agents import Usage
 
-    from repeat_hooks import GuardState
+    from repeat_hooks import GuardState, StopRepeatedCalls
 
-_turns: dict[int, tuple[weakref.ref[Usage], str]] = {}
+
+class _Run:
+    """What the adapter remembers of one run: its turn, and the calls its guard refused."""
+
+    __slots__ = ("refused", "turn_id", "usage")
+
+    def __init__(self, usage: weakref.ref[Usage], turn_id: str) -> None:
+        self.usage = usage
+        self.turn_id = turn_id
+        self.refused: set[str] = set()
+
+
+_turns: dict[int, _Run] = {}
+
+
+def _run_of(usage: Usage) -> _Run | None:
+    entry = _turns.get(id(usage))
+    if entry is None or entry.usage() is not usage:
+        return None
+    return entry
 
 
 def turn_of(usage: Usage) -> str | None:
     """The turn id of the run that owns ``usage``; ``None`` if no turn was started for it (no ``GuardHooks``)."""
-    entry = _turns.get(id(usage))
-    if entry is None or entry[0]() is not usage:
-        return None
-    return entry[1]
+    entry = _run_of(usage)
+    return None if entry is None else entry.turn_id
+
+
+def turn_in_run(guard: StopRepeatedCalls, usage: Usage, *, resumed: bool = False) -> str:
+    """The turn of the run that owns ``usage``, checked against its guard; fires in every guarded callback.
+
+    Raises ``GuardSetupError`` when the run has no turn (it runs without ``GuardHooks``), unless
+    ``resumed``: a call a human approved runs, on resume, before the run's ``on_agent_start``; it
+    belongs to the guard's saved turn. Raises it too when the guard's current turn is another run's
+    (two runs share one guard): the older run fails at its next step, the newer keeps clean counts.
+    """
+    turn_id = turn_of(usage)
+    current = guard.state.turn_id
+    if turn_id is None:
+        if resumed and current is not None:
+            return current
+        raise GuardSetupError(NO_HOOKS)
+    if turn_id != current:
+        raise GuardSetupError(ONE_GUARD_PER_CONVERSATION.format(old=turn_id, new=current))
+    return turn_id
+
+
+def note_refused(usage: Usage, call_id: str) -> None:
+    """Remember that the guard refused call ``call_id`` in the run that owns ``usage``."""
+    entry = _run_of(usage)
+    if entry is not None:
+        entry.refused.add(call_id)
+
+
+def was_refused(usage: Usage, call_id: str | None) -> bool:
+    """``True`` when the guard refused call ``call_id`` in the run that owns ``usage``."""
+    entry = _run_of(usage)
+    return entry is not None and call_id is not None and call_id in entry.refused
 
 
 def turn_for_run(usage: Usage, state: GuardState) -> str:
@@ -61,7 +116,7 @@ def _remember(usage: Usage, turn_id: str) -> None:
 
     def forget(ref: weakref.ref[Usage]) -> None:
         entry = _turns.get(key)
-        if entry is not None and entry[0] is ref:
+        if entry is not None and entry.usage is ref:
             del _turns[key]
 
-    _turns[key] = (weakref.ref(usage, forget), turn_id)
+    _turns[key] = _Run(weakref.ref(usage, forget), turn_id)
