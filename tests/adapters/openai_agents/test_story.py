@@ -106,18 +106,6 @@ async def test_run_streamed_behaves_the_same_and_streams_the_refusals(carrier: A
     assert carrier.calls == ["FR-7731"] * 2 * runs
 
 
-async def test_running_without_guard_hooks_is_reported(carrier: Any, caplog: pytest.LogCaptureFixture) -> None:
-    from repeat_hooks_openai_agents import behavior
-
-    behavior._warned.clear()
-    model = ScriptedModel(then=keep_calling("track_parcel", ARGS))
-
-    with caplog.at_level("WARNING", logger="repeat_hooks"):
-        await Runner.run(parcel_agent(model, carrier), "Keep checking FR-7731", context=seed_004())
-
-    assert "ran without GuardHooks" in caplog.text
-
-
 async def test_each_run_with_a_session_is_a_new_turn(carrier: Any) -> None:
     from agents import SQLiteSession
 

@@ -18,8 +18,10 @@ counts model calls. Save a paused run with ``RunState.to_json(context_serializer
 from .agent import guard_agent
 from .behavior import EndTurn
 from .context import GUARD_ATTRIBUTE, context_deserializer, context_serializer, find_guard, require_guard
-from .guardrails import FailureCheck, is_sdk_error, record_outcome, refuse_repeats
-from .hooks import Clock, CostOf, GuardHooks, token_prices
+from .errors import GuardSetupError, MissingGuard
+from .guardrails import FailureCheck, McpHints, is_sdk_error, record_outcome, refuse_repeats
+from .hooks import Clock, CostOf, GuardHooks, RequireGuardHooks, token_prices
+from .stops import run_stop, save_stop, stop_items
 
 __all__ = [
     "GUARD_ATTRIBUTE",
@@ -28,6 +30,10 @@ __all__ = [
     "EndTurn",
     "FailureCheck",
     "GuardHooks",
+    "GuardSetupError",
+    "McpHints",
+    "MissingGuard",
+    "RequireGuardHooks",
     "context_deserializer",
     "context_serializer",
     "find_guard",
@@ -36,6 +42,9 @@ __all__ = [
     "record_outcome",
     "refuse_repeats",
     "require_guard",
+    "run_stop",
+    "save_stop",
+    "stop_items",
     "token_prices",
 ]
 

@@ -105,7 +105,9 @@ class McpHints:
         if not isinstance(listed, list):
             return None
         if listed is not self._listed:
-            self._hints = {tool.name: _read_only_hint(tool) for tool in listed if isinstance(getattr(tool, "name", None), str)}
+            self._hints = {
+                tool.name: _read_only_hint(tool) for tool in listed if isinstance(getattr(tool, "name", None), str)
+            }
             self._listed = listed
         return self._hints.get(tool_name)
 

@@ -22,7 +22,7 @@ from repeat_hooks import StopRepeatedCalls
 from .behavior import EndTurn
 from .context import require_guard
 from .errors import NO_HOOKS, GuardSetupError
-from .turns import turn_for_run, turn_in_run, turn_of
+from .turns import fail, turn_for_run, turn_in_run, turn_of
 
 CostOf = Callable[[Usage], float]
 """The US dollars one model response cost, from the usage the SDK reports for it."""
@@ -98,8 +98,11 @@ class GuardHooks(RunHooks[Any]):
         """
         guard = require_guard(context.context)
         turn_in_run(guard, context.usage)
-        _require_guarded(agent)
-        self._require_feeds(guard)
+        if not isinstance(agent.tool_use_behavior, EndTurn):
+            fail(context.usage, _not_guarded(agent))
+        problem = self._unfed_budget(guard)
+        if problem is not None:
+            fail(context.usage, problem)
         if self.clock is not None:
             self._started[id(context)] = self.clock()
 
@@ -115,29 +118,29 @@ class GuardHooks(RunHooks[Any]):
         cost = self.cost(response.usage) if self.cost is not None else 0.0
         guard.post_llm_call(seconds, cost, None, turn_id)
 
-    def _require_feeds(self, guard: StopRepeatedCalls) -> None:
+    def _unfed_budget(self, guard: StopRepeatedCalls) -> GuardSetupError | None:
         if guard.max_model_seconds is not None and self.clock is None:
-            raise GuardSetupError(
+            return GuardSetupError(
                 f"repeat-hooks: max_model_seconds={guard.max_model_seconds:g} can never trip: GuardHooks() has no "
                 "clock, so no model time is recorded. Pass one: GuardHooks(clock=time.monotonic) (inside a "
                 "Temporal workflow: GuardHooks(clock=temporalio.workflow.time))"
             )
         if guard.max_cost_usd is not None and self.cost is None:
-            raise GuardSetupError(
+            return GuardSetupError(
                 f"repeat-hooks: max_cost_usd={guard.max_cost_usd:g} can never trip: GuardHooks() has no cost "
                 "function, so every model call costs 0 dollars. Pass one: GuardHooks(cost=token_prices("
                 "input_usd_per_million=..., output_usd_per_million=...))"
             )
+        return None
 
 
-def _require_guarded(agent: Agent[Any]) -> None:
-    if not isinstance(agent.tool_use_behavior, EndTurn):
-        raise GuardSetupError(
-            f"repeat-hooks: GuardHooks ran agent {agent.name!r}, which was not built with guard_agent: its tool "
-            "calls are neither counted nor refused and a stop never ends its turn. Guard it once at start-up "
-            "and run the clone: agent = guard_agent(Agent(...)); Runner.run(agent, input, context=guard, "
-            "hooks=GuardHooks()) (for an agent used as a tool: guard_agent(agent).as_tool(...))"
-        )
+def _not_guarded(agent: Agent[Any]) -> GuardSetupError:
+    return GuardSetupError(
+        f"repeat-hooks: GuardHooks ran agent {agent.name!r}, which was not built with guard_agent: its tool "
+        "calls are neither counted nor refused and a stop never ends its turn. Guard it once at start-up "
+        "and run the clone: agent = guard_agent(Agent(...)); Runner.run(agent, input, context=guard, "
+        "hooks=GuardHooks()) (for an agent used as a tool: guard_agent(agent).as_tool(...))"
+    )
 
 
 class RequireGuardHooks(AgentHooks[Any]):

@@ -22,7 +22,7 @@ two concurrent runs, which would otherwise reset each other's counts back and fo
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from .errors import NO_HOOKS, ONE_GUARD_PER_CONVERSATION, GuardSetupError
 
@@ -35,12 +35,13 @@ if TYPE_CHECKING:
 class _Run:
     """What the adapter remembers of one run: its turn, and the calls its guard refused."""
 
-    __slots__ = ("refused", "turn_id", "usage")
+    __slots__ = ("error", "refused", "turn_id", "usage")
 
     def __init__(self, usage: weakref.ref[Usage], turn_id: str) -> None:
         self.usage = usage
         self.turn_id = turn_id
         self.refused: set[str] = set()
+        self.error: GuardSetupError | None = None
 
 
 _turns: dict[int, _Run] = {}
@@ -67,15 +68,30 @@ def turn_in_run(guard: StopRepeatedCalls, usage: Usage, *, resumed: bool = False
     belongs to the guard's saved turn. Raises it too when the guard's current turn is another run's
     (two runs share one guard): the older run fails at its next step, the newer keeps clean counts.
     """
-    turn_id = turn_of(usage)
+    entry = _run_of(usage)
     current = guard.state.turn_id
-    if turn_id is None:
+    if entry is None:
         if resumed and current is not None:
             return current
         raise GuardSetupError(NO_HOOKS)
-    if turn_id != current:
-        raise GuardSetupError(ONE_GUARD_PER_CONVERSATION.format(old=turn_id, new=current))
-    return turn_id
+    if entry.error is not None:
+        raise entry.error
+    if entry.turn_id != current:
+        fail(usage, GuardSetupError(ONE_GUARD_PER_CONVERSATION.format(old=entry.turn_id, new=current)))
+    return entry.turn_id
+
+
+def fail(usage: Usage, error: GuardSetupError) -> NoReturn:
+    """Raise ``error``, and raise it again at the run's next guarded step.
+
+    An agent used as a tool turns an exception of its nested run into the tool's error text
+    (``as_tool(failure_error_function=...)``), which would hide the mistake; the nested run shares
+    the outer run's ``Usage``, so the outer run raises it at its next step.
+    """
+    entry = _run_of(usage)
+    if entry is not None and entry.error is None:
+        entry.error = error
+    raise error
 
 
 def note_refused(usage: Usage, call_id: str) -> None:
