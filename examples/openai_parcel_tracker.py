@@ -19,7 +19,7 @@ import os
 from typing import Any
 
 from agents import Agent, Runner, function_tool, set_tracing_disabled
-from repeat_hooks_openai_agents import GuardHooks, guard_agent
+from repeat_hooks_openai_agents import GuardHooks, guard_agent, run_stop, stop_items
 from repeat_hooks_openai_agents.testing import ScriptedModel, message, tool_call
 
 from repeat_hooks import StopRepeatedCalls
@@ -94,8 +94,9 @@ async def turn(agent: Agent[StopRepeatedCalls], guard: StopRepeatedCalls, conver
     hooks.shown = len(guard.events)
     result = await Runner.run(agent, [*conversation, {"role": "user", "content": text}], context=guard, hooks=hooks)
     hooks.show(guard)
-    conversation[:] = result.to_input_list()
-    stop = guard.state.stop
+    # The SDK's history ends with the last refusal; stop_items adds what the user was told, for the next turn.
+    conversation[:] = [*result.to_input_list(), *stop_items(result)]
+    stop = run_stop(result)  # the guard's Stop when it ended this run (final_output is then its message)
     if stop is not None:
         print(f"loop breaker: ended the turn ({stop.reason}) after {guard.state.model_calls} model calls")
         print(f"agent (stopped: {stop.reason}): {result.final_output}")
