@@ -13,6 +13,9 @@ The guard lives in the run context (the context *is* the ``StopRepeatedCalls``, 
 holds one in ``repeat_guard``). A tool input guardrail refuses repeated calls, the agent's
 ``tool_use_behavior`` ends the turn with the guard's message, and ``GuardHooks`` starts turns and
 counts model calls. Save a paused run with ``RunState.to_json(context_serializer=context_serializer)``.
+A run set up wrongly (no ``GuardHooks``, one guard in two concurrent runs, an unguarded agent, a
+budget nothing feeds) raises ``GuardSetupError`` at its first model call. ``run_stop(result)`` says
+whether the guard ended a run; ``save_stop(session, result)`` keeps its message in a ``Session``.
 """
 
 from .agent import guard_agent

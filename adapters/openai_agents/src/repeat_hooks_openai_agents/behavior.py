@@ -19,7 +19,7 @@ from agents import FunctionToolResult, RunContextWrapper, ToolsToFinalOutputResu
 from agents.agent import StopAtTools, ToolsToFinalOutputFunction
 
 from .context import require_guard
-from .turns import turn_in_run, was_refused
+from .turns import turn_in_run, turn_of, was_refused
 
 ToolUseBehavior = Any
 """What ``Agent.tool_use_behavior`` accepts: ``"run_llm_again"``, ``"stop_on_first_tool"``, a
@@ -96,8 +96,8 @@ def _call_id(result: FunctionToolResult) -> str | None:
 
 def _all_approved(context: RunContextWrapper[Any], results: list[FunctionToolResult]) -> bool:
     """``True`` for a batch of calls a human approved: on resume it runs before ``on_agent_start``."""
-    if not results:
-        return False
+    if not results or turn_of(context.usage) is not None:
+        return False  # the usual case: the run has its turn; no approval lookup
     for result in results:
         call_id = _call_id(result)
         if call_id is None or context.is_tool_approved(result.tool.name, call_id) is not True:

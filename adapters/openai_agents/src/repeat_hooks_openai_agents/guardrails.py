@@ -37,7 +37,7 @@ from agents.tool_context import ToolContext
 from repeat_hooks import StopRepeatedCalls, ToolCall
 
 from .context import find_guard, require_guard
-from .turns import note_refused, turn_in_run
+from .turns import note_refused, turn_in_run, turn_of
 
 FailureCheck = Callable[[Any], bool]
 """Says whether a tool's output means the call failed (``True``) or succeeded."""
@@ -76,8 +76,10 @@ def delivery_id(tool_context: ToolContext[Any], guard: StopRepeatedCalls) -> str
     return f"{call_id}@{state.turn}.{state.model_calls}"
 
 
-def _approved(tool_context: ToolContext[Any]) -> bool:
-    """``True`` when a human approved this call (it may then run on resume before ``on_agent_start``)."""
+def _resumed(tool_context: ToolContext[Any]) -> bool:
+    """``True`` for a call a human approved that runs, on resume, before the run's ``on_agent_start``."""
+    if turn_of(tool_context.usage) is not None:
+        return False  # the usual case: the run has its turn; no approval lookup
     return tool_context.is_tool_approved(tool_context.tool_name, tool_context.tool_call_id) is True
 
 
@@ -142,7 +144,7 @@ class RefuseRepeats:
         guard = require_guard(tool_context.context) if self.strict else find_guard(tool_context.context)
         if guard is None:
             return _ALLOW
-        turn_id = turn_in_run(guard, tool_context.usage, resumed=_approved(tool_context))
+        turn_id = turn_in_run(guard, tool_context.usage, resumed=_resumed(tool_context))
         refusal = guard.pre_tool_call(_call_of(tool_context, guard, self.hints), turn_id)
         if refusal is None:
             return _ALLOW
@@ -177,7 +179,7 @@ class RecordOutcome:
         guard = find_guard(tool_context.context)
         if guard is None:
             return _ALLOW
-        turn_id = turn_in_run(guard, tool_context.usage, resumed=_approved(tool_context))
+        turn_id = turn_in_run(guard, tool_context.usage, resumed=_resumed(tool_context))
         output = data.output
         failed = is_sdk_error(output) or (self.is_failure is not None and bool(self.is_failure(output)))
         call = _call_of(tool_context, guard, self.hints)
