@@ -9,7 +9,8 @@ ratios, so a noisy machine moves both sides alike. Times are this process's CPU 
 loaded machine then do not count. Target: at most 1.03x.
 
 Two more figures do not depend on a noisy machine: the adapter's own work in one such turn (20
-input guardrails, 20 output guardrails, 20 ``EndTurn`` checks, 21 ``on_llm_end``), each timed alone
+input guardrails, 20 output guardrails, 20 ``EndTurn`` checks, 21 ``on_llm_start`` of the run hooks and
+of the agent hooks, 21 ``on_llm_end``), each timed alone
 (best of several repeats), over the fastest plain turn; and the Python function calls a turn makes
 (``cProfile``), guarded over plain, which counts the SDK's extra guardrail plumbing too.
 
@@ -117,23 +118,30 @@ def adapter_seconds_per_turn() -> float:
     hooks = GuardHooks()
     response = ModelResponse(output=[], usage=Usage(requests=1, input_tokens=100), response_id=None)
     guard = StopRepeatedCalls(max_calls=10**9)  # counts every call, refuses none
-    wrapper = RunContextWrapper(context=guard)
+    usage = Usage()  # one run: every context of the turn shares the run's Usage, as in the SDK
+    wrapper = RunContextWrapper(context=guard, usage=usage)
     numbers = iter(range(10**9))
 
     def tool_context() -> ToolContext[Any]:
         n = next(numbers)
         arguments = f'{{"tracking_number": "FR-{n}"}}'
-        return ToolContext(guard, tool_name="track_parcel", tool_call_id=f"call_{n}", tool_arguments=arguments)
+        return ToolContext(
+            guard, usage=usage, tool_name="track_parcel", tool_call_id=f"call_{n}", tool_arguments=arguments
+        )
 
     results = [FunctionToolResult(tool=tool, output="in transit", run_item=None)]
-    run_now(hooks.on_agent_start(AgentHookContext(context=guard), agent))
+    agent_hooks = agent.hooks
+    assert agent_hooks is not None
+    run_now(hooks.on_agent_start(AgentHookContext(context=guard, usage=usage), agent))
     input_check = best(lambda: refuse.guardrail_function(ToolInputGuardrailData(tool_context(), agent)))
     output_check = best(lambda: record.guardrail_function(ToolOutputGuardrailData(tool_context(), agent, "ok")))
     end_check = best(lambda: run_now(behavior(wrapper, results)))
     llm_end = best(lambda: run_now(hooks.on_llm_end(wrapper, agent, response)))
+    llm_start = best(lambda: run_now(hooks.on_llm_start(wrapper, agent, None, [])))
+    setup_check = best(lambda: run_now(agent_hooks.on_llm_start(wrapper, agent, None, [])))
     making_a_context = best(tool_context)  # the SDK's cost, paid with or without the guard
     ours_per_call = input_check + output_check - 2 * making_a_context + end_check
-    return CALLS_PER_TURN * ours_per_call + (CALLS_PER_TURN + 1) * llm_end
+    return CALLS_PER_TURN * ours_per_call + (CALLS_PER_TURN + 1) * (llm_start + setup_check + llm_end)
 
 
 def run_now(coroutine: Coroutine[Any, Any, T]) -> T:
