@@ -238,4 +238,3 @@ async def test_a_state_restored_without_context_deserializer_says_to_pass_it(car
         state.approve(item)
     resumed = await Runner.run(agent, state, hooks=GuardHooks())
     assert notified == ["Still looking"] and resumed.final_output == "Done."
-

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agents import Agent, Runner, function_tool
 from agents.mcp import MCPServerStdio
 from pydantic import PrivateAttr
@@ -78,6 +79,27 @@ async def test_each_result_reaches_the_core_and_function_tools_carry_no_read_onl
     assert "out for delivery" not in guard.model_dump_json()
 
 
+@pytest.mark.parametrize("changing", [True, False])
+async def test_a_repeat_whose_result_changed_is_progress(changing: bool) -> None:
+    reached: list[str] = []
+
+    @function_tool
+    def track_parcel(tracking_number: str) -> str:
+        """Where the parcel is now."""
+        reached.append(tracking_number)
+        return f"scan {len(reached)}" if changing else "in transit"
+
+    model = ScriptedModel(*[[tool_call("track_parcel", {"tracking_number": "FR-7731"}, f"c{i}")] for i in range(3)])
+    agent = guard_agent(Agent(name="p", model=model, tools=[track_parcel]))
+    guard = StopRepeatedCalls(count="progress", max_calls=2)
+
+    await Runner.run(agent, "Track FR-7731", context=guard, hooks=GuardHooks())
+
+    # A new scan each time: the model is learning something, so the 3rd identical call runs. The same
+    # scan each time: the 3rd is refused. Only the tool's result, which the adapter passes on, tells them apart.
+    assert len(reached) == (3 if changing else 2)
+
+
 SERVER = textwrap.dedent(
     """
     import sys
@@ -132,3 +154,62 @@ async def test_mcp_tools_carry_their_read_only_hint_and_results(tmp_path: Path) 
     assert recorded == [("track_parcel", True, True), ("notify_customer", False, True), ("ping", None, True)]
     assert "FR-7731: in transit" in str(guard._recorded[0][2])
     assert "pong" in str(guard._recorded[2][2])
+
+
+HUBS_SERVER = textwrap.dedent(
+    """
+    import sys
+    from mcp.server.fastmcp import FastMCP
+    from mcp.types import ToolAnnotations
+
+    server = FastMCP("carrier")
+    read_only = ToolAnnotations(readOnlyHint=True) if sys.argv[2] == "read-only" else None
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    def track_parcel(tracking_number: str) -> str:
+        "Where the parcel is now."
+        with open(sys.argv[1], "a") as log:
+            log.write(tracking_number + "\\n")
+        return f"{tracking_number}: in transit"
+
+    @server.tool(annotations=read_only)
+    def list_hubs() -> str:
+        "The carrier's hubs."
+        return "Lyon, Paris"
+
+    server.run("stdio")
+    """
+)
+
+
+@pytest.mark.parametrize("hubs", ["read-only", "unannotated"])
+async def test_a_read_only_mcp_call_in_between_does_not_restart_the_count(tmp_path: Path, hubs: str) -> None:
+    script, log = tmp_path / "hubs_server.py", tmp_path / "reached.log"
+    script.write_text(HUBS_SERVER)
+    log.touch()
+    server = MCPServerStdio(
+        params={"command": sys.executable, "args": [str(script), str(log), hubs]},  # type: ignore[typeddict-item]
+        client_session_timeout_seconds=20,
+    )
+    track = {"tracking_number": "FR-7731"}
+    async with server:
+        model = ScriptedModel(
+            [tool_call("track_parcel", track, "h1")],
+            [tool_call("list_hubs", {}, "h2")],
+            [tool_call("track_parcel", track, "h3")],
+            [tool_call("track_parcel", track, "h4")],
+            [message("Done.")],
+        )
+        agent = guard_agent(Agent(name="parcel-tracker", model=model, mcp_servers=[server]))
+        guard = StopRepeatedCalls(count="progress", max_calls=2)
+
+        await Runner.run(agent, "Track FR-7731", context=guard, hooks=GuardHooks())
+
+    reached = log.read_text().split()
+    if hubs == "read-only":
+        # Nothing could have changed the parcel's status since the 2nd run: the 3rd identical call is refused.
+        assert reached == ["FR-7731", "FR-7731"]
+        assert str(model.outputs_received(4)["h4"]).startswith("Refused")
+    else:
+        # list_hubs may have changed something (the server does not say otherwise): the count restarted.
+        assert reached == ["FR-7731"] * 3
