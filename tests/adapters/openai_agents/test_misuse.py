@@ -197,6 +197,17 @@ async def test_a_budget_without_what_feeds_it_is_refused_at_the_first_model_call
     assert model.calls == 0
 
 
+async def test_a_cost_budget_with_a_model_that_reports_no_usage_is_refused_at_its_first_response(
+    carrier: Any,
+) -> None:
+    model = ScriptedModel(then=keep_calling("track_parcel", ARGS), reports_usage=False)  # some providers do this
+    guard = StopRepeatedCalls(max_cost_usd=0.5)
+
+    with pytest.raises(GuardSetupError, match=r"max_cost_usd=0.5 can never trip.*reported no token usage"):
+        await Runner.run(guarded(model, carrier), "Track", context=guard, hooks=GuardHooks(cost=token_prices(2, 8)))
+    assert model.calls == 1 and carrier.calls == []  # its tool call never ran
+
+
 async def test_the_same_budgets_with_their_feeds_run(carrier: Any) -> None:
     ticks = itertools.count(step=1.0)
     model = ScriptedModel([tool_call("track_parcel", ARGS, "c1")], [message("In Lyon.")])

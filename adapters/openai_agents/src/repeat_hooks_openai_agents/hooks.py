@@ -107,7 +107,11 @@ class GuardHooks(RunHooks[Any]):
             self._started[id(context)] = self.clock()
 
     async def on_llm_end(self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse) -> None:
-        """Fires after each model call: records it with its seconds and cost (``post_llm_call``)."""
+        """Fires after each model call: records it with its seconds and cost (``post_llm_call``).
+
+        Raises ``GuardSetupError`` when the guard has ``max_cost_usd`` and the model reported no usage
+        at all (some third-party providers): its cost would always be 0 dollars.
+        """
         guard = require_guard(context.context)
         turn_id = turn_in_run(guard, context.usage)
         seconds = 0.0
@@ -115,7 +119,11 @@ class GuardHooks(RunHooks[Any]):
             started = self._started.pop(id(context), None)
             if started is not None:
                 seconds = self.clock() - started
-        cost = self.cost(response.usage) if self.cost is not None else 0.0
+        cost = 0.0
+        if self.cost is not None:
+            if guard.max_cost_usd is not None and not _reports_usage(response.usage):
+                fail(context.usage, _no_usage(agent, guard.max_cost_usd))
+            cost = self.cost(response.usage)
         guard.post_llm_call(seconds, cost, None, turn_id)
 
     def _unfed_budget(self, guard: StopRepeatedCalls) -> GuardSetupError | None:
@@ -132,6 +140,18 @@ class GuardHooks(RunHooks[Any]):
                 "input_usd_per_million=..., output_usd_per_million=...))"
             )
         return None
+
+
+def _reports_usage(usage: Usage) -> bool:
+    return bool(usage.requests or usage.input_tokens or usage.output_tokens or usage.total_tokens)
+
+
+def _no_usage(agent: Agent[Any], budget: float) -> GuardSetupError:
+    return GuardSetupError(
+        f"repeat-hooks: max_cost_usd={budget:g} can never trip: the model of agent {agent.name!r} reported no "
+        "token usage, so GuardHooks(cost=...) prices every call at 0 dollars. Use a model that reports usage "
+        "(streamed Chat Completions need ModelSettings(include_usage=True)), or limit the turn with max_model_calls"
+    )
 
 
 def _not_guarded(agent: Agent[Any]) -> GuardSetupError:
