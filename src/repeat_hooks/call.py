@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,13 @@ class ToolCall:
     call_id: str | None = None
     read_only: bool | None = None
 
+    def __post_init__(self) -> None:
+        # The state keeps names and ids as text: an int id must not come back as another value.
+        if type(self.name) is not str:
+            object.__setattr__(self, "name", str(self.name))
+        if self.call_id is not None and type(self.call_id) is not str:
+            object.__setattr__(self, "call_id", str(self.call_id))
+
 
 def canonical_arguments(arguments: Any, ignore: Iterable[str] = ()) -> str:
     """The canonical JSON text of ``arguments``, with the fields named in ``ignore`` dropped at any depth.
@@ -65,9 +73,22 @@ def call_key(name: str, arguments: Any, *, by_arguments: bool = True, ignore: It
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
-def outcome_digest(ok: bool, result: Any) -> str:
-    """A 16-character digest of a run's outcome: whether it succeeded, and its canonical ``result``."""
-    text = f"{'ok' if ok else 'failed'}\x00{canonical_arguments(result)}"
+UNKNOWN_OUTCOME = "?"
+"""The outcome of a run whose result holds an object with no JSON form: never the same as another."""
+_STAND_IN = re.compile(r'"<[A-Za-z_][\w.]*\.[\w.<>]+>"')
+
+
+def outcome_digest(ok: bool, result: Any, ignore: Iterable[str] = ()) -> str:
+    """A 16-character digest of a run's outcome: whether it succeeded, and its canonical ``result``.
+
+    ``ignore`` names result fields left out at any depth (a timestamp, a new order id). A result holding
+    an object JSON cannot write (an image, an SDK object) has no comparable form: its outcome is
+    ``UNKNOWN_OUTCOME``, which counts as new every time.
+    """
+    text = canonical_arguments(result, ignore)
+    if '"<' in text and _STAND_IN.search(text):
+        return UNKNOWN_OUTCOME
+    text = f"{'ok' if ok else 'failed'}\x00{text}"
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
@@ -158,14 +179,14 @@ def _plain(value: Any) -> Any:
         return sorted(_encode(v, frozenset()) for v in value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).decode("utf-8", "replace")
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        try:
+    try:
+        dump = getattr(value, "model_dump", None)
+        if callable(dump):
             return dump(mode="json")
-        except Exception:
-            pass
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    except Exception:  # a hostile object: its type is all that is safe to use
+        pass
     return f"<{type(value).__module__}.{type(value).__qualname__}>"
 
 

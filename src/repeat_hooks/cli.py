@@ -68,6 +68,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         policies = [Policy.model_validate_json(text) for text in args.policy] or [Policy()]
     except ValidationError as error:
         parser.error(f"--policy: {error}")
+    for label, policy in zip(args.policy, policies, strict=False):
+        if policy.max_model_seconds is not None or policy.max_cost_usd is not None:
+            print(
+                f"repeat-hooks: {label}: a corpus records no model seconds nor cost, so max_model_seconds and "
+                "max_cost_usd never trip in a replay (max_model_calls does: one model call per response)",
+                file=sys.stderr,
+            )
     labels = args.policy or ["default"]
     tallies = [Tally() for _ in policies]
     errors = 0
@@ -128,46 +135,73 @@ class MalformedRecordsSeen(Exception):
 def read_trajectories(path: Path) -> Iterator[Trajectory]:
     """The trajectories in ``path`` (JSONL or JSON, gzipped or not); malformed records reported on stderr.
 
-    Raises ``MalformedRecordsSeen`` after the last good record if any record was malformed.
+    JSON Lines when the first line is a JSON value of its own, else one JSON document (a record, a list of
+    records, or one chat-format conversation). Raises ``MalformedRecordsSeen`` after the last good record
+    if any record was malformed, or if the file ends early (a truncated gzip).
     """
     bad = 0
     with path.open("rb") as raw:
         size = path.stat().st_size
         show = size > PROGRESS_BYTES and sys.stderr.isatty()
         text = _open_text(raw)
-        first = text.read(1)
-        while first.isspace():
-            first = text.read(1)
-        if first == "[":
+        number = 0
+        try:
+            first = text.readline()
+            while first and not first.strip():
+                first = text.readline()
             try:
-                records = json.loads(first + text.read())
-            except ValueError as error:
-                print(f"repeat-hooks: {path}: not valid JSON: {error}", file=sys.stderr)
-                raise MalformedRecordsSeen(1) from None
-            if records and isinstance(records[0], dict) and "role" in records[0]:
-                records = [records]  # one chat-format conversation
-            for index, record in enumerate(records):
+                json.loads(first)
+                lines: Iterator[str] | None = _chain(first, text)
+            except ValueError:
+                lines = None
+            if lines is None:  # one JSON document over several lines
                 try:
-                    yield parse_record(record, f"{path.name}:{index}")
-                except MalformedRecord as error:
-                    bad += 1
-                    print(f"repeat-hooks: {path}: record {index}: {error}", file=sys.stderr)
-        else:
-            lines = _lines(first, text)
-            for number, line in enumerate(lines, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    yield parse_record(json.loads(line), f"{path.name}:{number}")
-                except (ValueError, MalformedRecord) as error:
-                    bad += 1
-                    print(f"repeat-hooks: {path}: line {number}: {error}", file=sys.stderr)
-                if show and number % 50 == 0:
-                    print(f"\r{path.name}: {100 * raw.tell() // max(size, 1):3d}%", end="", file=sys.stderr)
-            if show:
-                print(f"\r{path.name}: 100%", file=sys.stderr)
+                    document = json.loads(first + text.read())
+                except ValueError as error:
+                    print(f"repeat-hooks: {path}: not JSON Lines, nor one JSON document: {error}", file=sys.stderr)
+                    raise MalformedRecordsSeen(1) from None
+                for index, record in enumerate(_records(document)):
+                    try:
+                        yield parse_record(record, f"{path.name}:{index}")
+                    except MalformedRecord as error:
+                        bad += 1
+                        print(f"repeat-hooks: {path}: record {index}: {error}", file=sys.stderr)
+            else:
+                for number, line in enumerate(lines, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        for record in _records(json.loads(line)):
+                            yield parse_record(record, f"{path.name}:{number}")
+                    except (ValueError, MalformedRecord) as error:
+                        bad += 1
+                        print(f"repeat-hooks: {path}: line {number}: {error}", file=sys.stderr)
+                    if show and number % 50 == 0:
+                        print(f"\r{path.name}: {100 * raw.tell() // max(size, 1):3d}%", end="", file=sys.stderr)
+                if show:
+                    print(f"\r{path.name}: 100%", file=sys.stderr)
+        except (EOFError, OSError, UnicodeError) as error:
+            bad += 1
+            print(f"repeat-hooks: {path}: unreadable after line {number}: {error}", file=sys.stderr)
     if bad:
         raise MalformedRecordsSeen(bad)
+
+
+def _chain(first: str, text: IO[str]) -> Iterator[str]:
+    yield first
+    yield from text
+
+
+def _records(document: Any) -> list[Any]:
+    """The records a JSON value holds: a list of records, one chat conversation, or one record."""
+    if isinstance(document, list) and document and all(isinstance(item, dict) for item in document):
+        if all("role" in item for item in document):
+            return [document]  # one chat-format conversation
+        if all("turns" in item or "messages" in item for item in document):
+            return document
+    if isinstance(document, list) and document and all(isinstance(item, list) for item in document):
+        return document  # a list of conversations
+    return [document]
 
 
 def _open_text(raw: IO[bytes]) -> IO[str]:
@@ -177,26 +211,26 @@ def _open_text(raw: IO[bytes]) -> IO[str]:
     return io.TextIOWrapper(binary, encoding="utf-8", errors="replace")
 
 
-def _lines(first: str, text: IO[str]) -> Iterator[str]:
-    yield first + text.readline()
-    yield from text
-
-
 def parse_record(record: Any, fallback_id: str) -> Trajectory:
     """One record of either format as a ``Trajectory``; ``MalformedRecord`` says what is wrong."""
-    if isinstance(record, list):
-        return _chat(record, fallback_id, None)
-    if not isinstance(record, dict):
-        raise MalformedRecord(f"expected an object or a list of messages, got {type(record).__name__}")
-    ident = str(record.get("id", fallback_id))
-    success = record.get("success")
-    if success is not None and not isinstance(success, bool):
-        raise MalformedRecord(f"'success' must be true, false or null, got {success!r}")
-    if "turns" in record:
-        return _generic(record["turns"], ident, success)
-    if "messages" in record:
-        return _chat(record["messages"], ident, success)
-    raise MalformedRecord("expected 'turns' (generic format) or 'messages' (chat format)")
+    try:
+        if isinstance(record, list):
+            return _chat(record, fallback_id, None)
+        if not isinstance(record, dict):
+            raise MalformedRecord(f"expected an object or a list of messages, got {type(record).__name__}")
+        ident = str(record.get("id", fallback_id))
+        success = record.get("success")
+        if success is not None and not isinstance(success, bool):
+            raise MalformedRecord(f"'success' must be true, false or null, got {success!r}")
+        if "turns" in record:
+            return _generic(record["turns"], ident, success)
+        if "messages" in record:
+            return _chat(record["messages"], ident, success)
+        raise MalformedRecord("expected 'turns' (generic format) or 'messages' (chat format)")
+    except (TypeError, AttributeError, KeyError, ValueError) as error:
+        if isinstance(error, MalformedRecord):
+            raise
+        raise MalformedRecord(f"unexpected shape: {type(error).__name__}: {error}") from None
 
 
 def _generic(turns: Any, ident: str, success: bool | None) -> Trajectory:
@@ -226,29 +260,45 @@ def _generic(turns: Any, ident: str, success: bool | None) -> Trajectory:
 def _chat(messages: Any, ident: str, success: bool | None) -> Trajectory:
     if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
         raise MalformedRecord("a chat-format conversation is a list of messages, each with a 'role'")
-    results: dict[str, tuple[Any, bool]] = {}
-    for message in messages:
-        if message["role"] == "tool" and "tool_call_id" in message:
-            results[str(message["tool_call_id"])] = (message.get("content"), not _is_error(message))
     turns: list[list[list[RecordedCall]]] = []
+    # A tool message answers the latest call with its id: ids may repeat across responses.
+    waiting: dict[str, tuple[int, int, int]] = {}  # call id -> (turn, response, position)
+    slots: dict[tuple[int, int, int], tuple[Any, bool]] = {}
+    calls: list[list[list[tuple[str, Any, str]]]] = []
     for message in messages:
         role = message["role"]
         if role == "user":
-            turns.append([])
+            calls.append([])
             continue
-        if role != "assistant":
+        if role == "tool":
+            where = waiting.pop(str(message.get("tool_call_id")), None)
+            if where is not None:
+                slots[where] = (message.get("content"), not _is_error(message))
             continue
-        if not turns:
-            turns.append([])  # tool calls before any user message
-        response = []
-        for tool_call in message.get("tool_calls") or []:
+        if role != "assistant" or not message.get("tool_calls"):
+            continue
+        if not calls:
+            calls.append([])  # tool calls before any user message
+        tool_calls = message["tool_calls"]
+        if not isinstance(tool_calls, list):
+            raise MalformedRecord("'tool_calls' must be a list")
+        response: list[tuple[str, Any, str]] = []
+        for tool_call in tool_calls:
             function = tool_call.get("function") if isinstance(tool_call, dict) else None
             if not isinstance(function, dict) or not isinstance(function.get("name"), str):
                 raise MalformedRecord("every tool call needs 'function': {'name', 'arguments'}")
-            result, ok = results.get(str(tool_call.get("id")), (None, True))
-            response.append(RecordedCall(function["name"], function.get("arguments"), result, ok))
-        if response:
-            turns[-1].append(response)
+            call_id = str(tool_call.get("id"))
+            waiting[call_id] = (len(calls) - 1, len(calls[-1]), len(response))
+            response.append((function["name"], function.get("arguments"), call_id))
+        calls[-1].append(response)
+    for t, turn in enumerate(calls):
+        turns.append([])
+        for r, response in enumerate(turn):
+            recorded = []
+            for position, (name, arguments, _) in enumerate(response):
+                result, ok = slots.get((t, r, position), (None, True))
+                recorded.append(RecordedCall(name, arguments, result, ok))
+            turns[-1].append(recorded)
     return Trajectory(ident, turns, success)
 
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, field_serializer, field_validator, model_validator
 
-from .call import ToolCall, call_key, outcome_digest
+from .call import UNKNOWN_OUTCOME, ToolCall, call_key, outcome_digest
 from .decision import Delivery, GuardEvent, Mark, Refusal, Stop
 from .messages import (
     REFUSE_CYCLE,
@@ -61,8 +61,13 @@ class Policy(WholeModel):
     since its last run; ``"per_turn"``, every same call in the turn."""
     read_only: frozenset[str] = frozenset()
     """Tools known to change nothing (``{"get_order"}``): running them restarts no other call's count."""
-    max_cycle_period: Annotated[int, Field(ge=2)] | None = 4
-    """Longest cycle (A-B-A-B, A-B-C-A-B-C, ...) detected; ``None`` switches cycle detection off."""
+    max_cycle_period: Annotated[int, Field(ge=2)] | None = 8
+    """With ``count="progress"``: the longest cycle (A-B-A-B, A-B-C-A-B-C, ...) refused at the start of its
+    third pass once its second pass repeated the first (same calls, same results); ``None`` switches it off."""
+    ignore_results: frozenset[str] = frozenset()
+    """Result fields left out when comparing results, at any depth (``{"checked_at", "order_id"}``): a result
+    that differs only there is the same result, so a call returning a new timestamp or a new order id each
+    time is still a repeat."""
     match: Literal["tool_and_arguments", "tool"] = "tool_and_arguments"
     """What makes two calls the same: the tool and its canonical arguments (default), or the tool alone."""
     max_calls: NonNegative | None = 2
@@ -109,6 +114,16 @@ class Policy(WholeModel):
         return value
 
     @model_validator(mode="after")
+    def _check_exempt(self) -> Policy:
+        both = sorted(self.exempt & set(self.limits))
+        if both:
+            raise ValueError(
+                f"{', '.join(both)} is both in exempt (never refused) and in limits (refused past a limit): "
+                "keep it in one of the two"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_window(self) -> Policy:
         if self.window is not None:
             tightest = max([self.max_calls or 0, *self.limits.values()])
@@ -119,7 +134,7 @@ class Policy(WholeModel):
                 )
         return self
 
-    @field_serializer("exempt", "ignore_arguments", "read_only")
+    @field_serializer("exempt", "ignore_arguments", "read_only", "ignore_results")
     def _sorted(self, value: frozenset[str]) -> list[str]:
         return sorted(value)
 
@@ -142,11 +157,11 @@ class Policy(WholeModel):
         if turn_id is not None and turn_id != state.turn_id:
             state.reset_turn(turn_id)
         call_id = call.call_id
+        name = call.name
         if call_id is not None:
             seen = state.deliveries.get(call_id)
-            if seen is not None:
+            if seen is not None and seen.tool == name and seen.key == self._key(call):
                 return self._refusal(seen.tool, seen.number, seen.why) if seen.refused else None
-        name = call.name
         if name in self.exempt:
             return None
         if state.stop is not None:
@@ -166,13 +181,11 @@ class Policy(WholeModel):
                 count = self._count(state, key, restart=True)
                 marks[key] = Mark(state.changes, None, None)
             else:
-                # A failed call retried counts on whatever ran since: the same failure again is no progress.
-                failed = mark.ok is False and self.count_failures
-                restart = not failed and mark.changes != state.changes
+                restart = mark.changes != state.changes
                 count = self._count(state, key, restart)
                 if restart:
                     marks[key] = mark._replace(changes=state.changes)
-                if failed:
+                elif mark.ok is False:
                     why = _FAILURE
         refused = count > limit
         if refused:
@@ -224,7 +237,7 @@ class Policy(WholeModel):
         key: str | None = None
         if call.call_id is not None:
             seen = state.deliveries.get(call.call_id)
-            if seen is not None:
+            if seen is not None and seen.tool == call.name:
                 if seen.settled or seen.refused:
                     return
                 state.deliveries[call.call_id] = seen._replace(settled=True)
@@ -312,6 +325,8 @@ class Policy(WholeModel):
         window = self.window
         if window is not None:
             recent = state.recent
+            if restart and previous:
+                recent[:] = [k for k in recent if k != key]  # its earlier calls no longer count
             while len(recent) >= window:  # the window is the last ``window`` calls, this one included
                 oldest = recent.pop(0)
                 if oldest == key:
@@ -352,11 +367,16 @@ class Policy(WholeModel):
 
     def _progress(self, state: GuardState, call: ToolCall, key: str, ok: bool, result: Any) -> None:
         """``count="progress"``: record a run's outcome; a new result restarts its count, a change the others'."""
-        outcome = outcome_digest(ok, result)
+        outcome = outcome_digest(ok, result, self.ignore_results)
         mark = state.marks.get(key)
         changes = state.changes if mark is None else mark.changes
-        if mark is not None and mark.outcome is not None and mark.outcome != outcome and key in state.counts:
+        new = mark is not None and mark.outcome is not None and (mark.outcome != outcome or outcome == UNKNOWN_OUTCOME)
+        if new and key in state.counts:
             state.counts[key] = 1  # it returned something new: progress, so its count restarts
+            if self.window is not None:
+                recent = state.recent
+                recent[:] = [k for k in recent if k != key]
+                recent.append(key)
         if ok and not self._read_only(call):
             if changes == state.changes:
                 changes += 1  # its own change does not restart its own count
@@ -380,7 +400,11 @@ class Policy(WholeModel):
             if not runs[start].startswith(key):
                 continue
             last = runs[start:]
-            if last == runs[start - period : start] and any(not run.startswith(key) for run in last):
+            if (
+                last == runs[start - period : start]
+                and any(not run.startswith(key) for run in last)
+                and not any(run.endswith(UNKNOWN_OUTCOME) for run in last)
+            ):
                 return period
         return None
 
@@ -400,12 +424,12 @@ class Policy(WholeModel):
 
     def _refusal(self, tool: str, count: int, why: str) -> Refusal:
         limit = self.limits.get(tool, self.max_calls)
-        if why == _CYCLE:
+        if self.refusal_message is not None:
+            template = self.refusal_message
+        elif why == _CYCLE:
             template = REFUSE_CYCLE
         elif why == _FORBIDDEN:
-            template = self.refusal_message or REFUSE_FORBIDDEN
-        elif self.refusal_message is not None:
-            template = self.refusal_message
+            template = REFUSE_FORBIDDEN
         elif why == _FAILURE:
             template = REFUSE_SAME_FAILURE
         else:

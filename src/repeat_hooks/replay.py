@@ -18,7 +18,8 @@ from .policy import Policy
 from .state import GuardState
 
 LOOP_RUNS = 3
-"""A no-progress loop: one call run this many times in a row with the same outcome."""
+"""A no-progress loop: one call (same tool, same arguments) returning the same outcome this many times in
+a turn, other calls between or not; it is caught when the policy refused it by that run."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class Tally:
     turns: int = 0
     turns_stopped: int = 0
     loops: int = 0
-    """Turns with a no-progress loop: a call run ``LOOP_RUNS`` times in a row with the same outcome."""
+    """Turns with a no-progress loop: a call returning the same outcome ``LOOP_RUNS`` times in the turn."""
     loops_caught: int = 0
     """Of those, turns where the policy refused the loop by its ``LOOP_RUNS``-th run."""
     examples: list[str] = field(default_factory=list)
@@ -88,7 +89,12 @@ def replay(policy: Policy, trajectories: Iterable[Trajectory], tally: Tally | No
 
 
 def replay_one(policy: Policy, trajectory: Trajectory, tally: Tally) -> None:
-    """Replay one trajectory through ``policy`` into ``tally``."""
+    """Replay one trajectory through ``policy`` into ``tally``.
+
+    Each response is decided as an SDK decides parallel calls: every call is checked first, then the
+    outcomes of those that ran are recorded. Each response counts one model call (no figures: the
+    time and cost budgets cannot be replayed from a corpus that has none).
+    """
     state = GuardState()
     success = trajectory.success is True
     tally.trajectories += 1
@@ -104,6 +110,8 @@ def replay_one(policy: Policy, trajectory: Trajectory, tally: Tally) -> None:
         stopped = False
         for response in turn:
             stopped = policy.check_model_call(state, turn_id) is not None or stopped
+            policy.record_model_call(state, turn_id=turn_id)
+            ran: list[tuple[ToolCall, RecordedCall, str, str]] = []
             for call in response:
                 tally.calls += 1
                 full = call_key(call.name, call.arguments)
@@ -111,8 +119,7 @@ def replay_one(policy: Policy, trajectory: Trajectory, tally: Tally) -> None:
                 order.append((full, outcome))
                 tool_call = ToolCall(call.name, call.arguments, read_only=call.read_only)
                 if policy.check_tool_call(state, tool_call, turn_id) is None:
-                    policy.record_tool_result(state, tool_call, call.ok, turn_id, result=call.result)
-                    seen[full] = outcome
+                    ran.append((tool_call, call, full, outcome))
                     continue
                 tally.refused += 1
                 refused_at.add(len(order) - 1)
@@ -123,6 +130,9 @@ def replay_one(policy: Policy, trajectory: Trajectory, tally: Tally) -> None:
                 tally.harmful_in_successful += success
                 if len(tally.examples) < MAX_EXAMPLES:
                     tally.examples.append(f"{trajectory.id} turn {number}: {call.name}")
+            for tool_call, call, full, outcome in ran:
+                policy.record_tool_result(state, tool_call, call.ok, turn_id, result=call.result)
+                seen[full] = outcome
         if response_count(turn):
             # the model's next call, for its answer: a stop there replaces the answer
             stopped = policy.check_model_call(state, turn_id) is not None or stopped
@@ -140,11 +150,13 @@ def response_count(turn: Turn) -> int:
     return sum(1 for response in turn if response)
 
 
-def _first_loop(order: list[tuple[str, str]]) -> range | None:
-    """The indexes of the first ``LOOP_RUNS`` runs of the first no-progress loop in ``order``, or ``None``."""
-    run = 1
-    for index in range(1, len(order)):
-        run = run + 1 if order[index] == order[index - 1] else 1
-        if run == LOOP_RUNS:
-            return range(index - LOOP_RUNS + 1, index + 1)
+def _first_loop(order: list[tuple[str, str]]) -> list[int] | None:
+    """The indexes of the first ``LOOP_RUNS`` runs of the first call that returned the same outcome
+    ``LOOP_RUNS`` times in the turn (other calls may run between), or ``None``."""
+    runs: dict[tuple[str, str], list[int]] = {}
+    for index, run in enumerate(order):
+        indexes = runs.setdefault(run, [])
+        indexes.append(index)
+        if len(indexes) == LOOP_RUNS:
+            return indexes
     return None

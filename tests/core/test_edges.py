@@ -190,3 +190,23 @@ PER_TURN = (
     "cost_usd",
     "stop",
 )
+
+
+def test_a_tool_both_exempt_and_limited_is_a_configuration_error() -> None:
+    with pytest.raises(ValueError, match=r"wait is both in exempt .* and in limits"):
+        StopRepeatedCalls(exempt={"wait"}, limits={"wait": 0})
+
+
+def test_hostile_objects_and_odd_ids_never_break_the_guard() -> None:
+    class Hostile:
+        def __getattr__(self, name: str) -> Any:
+            raise RuntimeError("boom")
+
+    guard = StopRepeatedCalls(max_calls=1)
+    call = ToolCall(42, {"x": Hostile()}, call_id=7)  # type: ignore[arg-type]
+    assert call.name == "42" and call.call_id == "7"
+    assert guard.pre_tool_call(call) is None
+    guard.post_tool_call(call, result=Hostile())
+    restored = StopRepeatedCalls.model_validate_json(guard.model_dump_json())
+    assert restored.pre_tool_call(ToolCall("42", {"x": Hostile()}, call_id="7")) is None  # the same delivery
+    assert restored.pre_tool_call(ToolCall("42", {"x": Hostile()}, call_id="8")) is not None

@@ -74,15 +74,30 @@ def test_results_are_compared_by_canonical_json_and_never_stored() -> None:
     assert "s3cr3t" not in guard.model_dump_json()
 
 
-def test_the_same_failure_again_is_no_progress_even_after_other_calls() -> None:
+def test_the_same_failure_back_to_back_is_refused_with_its_own_text() -> None:
     guard = StopRepeatedCalls()
-    outcomes = []
-    for attempt in range(3):
-        outcomes.append(run(guard, STATUS, "Error: line 7 unknown", ok=False))
-        outcomes.append(run(guard, ToolCall("reset_modem", {"line": 7, "attempt": attempt})))
-    assert outcomes == [True, True, True, True, False, True]
+    assert run(guard, STATUS, "Error: line 7 unknown", ok=False)
+    assert run(guard, STATUS, "Error: line 7 unknown", ok=False)
     refusal = guard.pre_tool_call(STATUS)
     assert refusal is not None and refusal.message == REFUSE_SAME_FAILURE.format(tool="get_status", limit=2)
+
+
+def test_an_error_cycle_is_refused_at_its_third_pass() -> None:
+    guard = StopRepeatedCalls()
+    for _ in range(2):
+        assert run(guard, STATUS, "Error: line 7 unknown", ok=False)
+        assert run(guard, FIX, "done")
+    refusal = guard.pre_tool_call(STATUS)
+    assert refusal is not None and refusal.message == REFUSE_CYCLE.format(tool="get_status", count=2)
+
+
+def test_a_retry_after_a_different_fix_each_time_is_never_refused() -> None:
+    guard = StopRepeatedCalls()
+    tests = ToolCall("run_tests", {})
+    for attempt in range(5):
+        assert run(guard, tests, "FAILED test_parse: AssertionError", ok=False)
+        assert run(guard, ToolCall("edit_file", {"path": "parse.py", "patch": f"fix {attempt}"}), "edited")
+    assert run(guard, tests, "5 passed")
 
 
 def test_a_different_failure_is_progress() -> None:
@@ -208,3 +223,56 @@ def test_max_keys_forgets_the_marks_with_the_counts() -> None:
         assert run(guard, ToolCall("lookup", {"n": n}))
     assert len(guard.state.counts) == len(guard.state.marks) == 2
     assert set(guard.state.counts) == set(guard.state.marks)
+
+
+def test_ignore_results_makes_a_new_order_id_the_same_result() -> None:
+    order = ToolCall("place_order", {"item": "hammock"})
+    plain = StopRepeatedCalls()
+    assert [run(plain, order, {"order_id": n, "status": "placed"}) for n in range(4)] == [True] * 4
+    guarded = StopRepeatedCalls(ignore_results={"order_id", "checked_at"})
+    outcomes = [run(guarded, order, {"order_id": n, "status": "placed", "checked_at": n}) for n in range(4)]
+    assert outcomes == [True, True, False, False]
+
+
+def test_a_result_with_no_json_form_is_never_the_same_result() -> None:
+    class Screenshot:  # an image, an SDK object: nothing to compare
+        pass
+
+    guard = StopRepeatedCalls()
+    shot, click = ToolCall("screenshot", {}), ToolCall("click", {"id": "next"})
+    for _ in range(3):
+        assert run(guard, shot, Screenshot()) and run(guard, click, "clicked")
+    assert [run(guard, shot, Screenshot()) for _ in range(3)] == [True] * 3
+
+
+def test_a_call_id_reused_by_another_call_is_decided_afresh() -> None:
+    guard = StopRepeatedCalls(max_calls=1)
+    guard.pre_agent_turn("t1")
+    assert guard.pre_tool_call(ToolCall("track", {"n": 1}, call_id="call_2")) is None
+    assert guard.pre_tool_call(ToolCall("track", {"n": 1}, call_id="call_3")) is not None
+    guard.pre_agent_turn("t2")
+    assert guard.pre_tool_call(ToolCall("get_weather", {"city": "Paris"}, call_id="call_3")) is None
+    assert guard.state.refusals == 0
+
+
+def test_a_custom_refusal_text_is_used_for_cycles_too() -> None:
+    guard = StopRepeatedCalls(refusal_message="Nein: {tool} ({count})")
+    for _ in range(2):
+        assert run(guard, STATUS) and run(guard, FIX)
+    refusal = guard.pre_tool_call(STATUS)
+    assert refusal is not None and refusal.message == "Nein: get_status (2)"
+
+
+def test_a_cycle_of_eight_calls_is_caught_by_default() -> None:
+    guard = StopRepeatedCalls()
+    calls = [ToolCall(f"step_{n}", {}) for n in range(8)]
+    for _ in range(2):
+        assert all(run(guard, call) for call in calls)
+    assert guard.pre_tool_call(calls[0]) is not None
+
+
+def test_the_window_never_lets_a_tight_loop_through() -> None:
+    a, b, c = ToolCall("A"), ToolCall("B"), ToolCall("C")
+    guard = StopRepeatedCalls(window=5, read_only={"C"})
+    outcomes = [run(guard, call, 1) for call in (a, a, b, a, c, a, a)]
+    assert outcomes == [True, True, True, True, True, True, False]

@@ -168,3 +168,79 @@ def test_the_default_on_the_tau2_corpus(capsys: pytest.CaptureFixture[str]) -> N
     assert result["successful_with_refusal"] <= 5
     assert result["harmful_in_successful"] == 0
     assert result["waste_prevented"] >= 890
+
+
+def chat(*turns: list[list[tuple[str, str, str]]]) -> list[dict[str, Any]]:
+    """A chat-format conversation: each turn a list of responses, each response (id, tool, result) calls."""
+    messages: list[dict[str, Any]] = []
+    for turn in turns:
+        messages.append({"role": "user", "content": "go"})
+        for response in turn:
+            messages.append(
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {"id": i, "type": "function", "function": {"name": name, "arguments": "{}"}}
+                        for i, name, _ in response
+                    ],
+                }
+            )
+            messages += [{"role": "tool", "tool_call_id": i, "content": result} for i, _, result in response]
+    return messages
+
+
+def test_jsonl_of_chat_lists_and_a_pretty_printed_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    loop = chat([[("c0", "track", "x")], [("c1", "track", "x")], [("c2", "track", "x")]])
+    lines = write_jsonl(tmp_path / "lists.jsonl", [loop, loop])
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text(json.dumps({"messages": loop, "success": True}, indent=2))
+    (from_lines,) = figures(capsys, str(lines))
+    (from_pretty,) = figures(capsys, str(pretty))
+    assert from_lines["trajectories"] == 2 and from_lines["waste_prevented"] == 2
+    assert from_pretty["trajectories"] == 1 and from_pretty["waste_prevented"] == 1
+
+
+def test_call_ids_reused_across_turns_keep_their_own_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    turn = [[("call_0", "track", "x")], [("call_1", "track", "x")], [("call_2", "track", "x")]]
+    path = tmp_path / "reused.json"
+    path.write_text(json.dumps(chat(turn, turn)))
+    (result,) = figures(capsys, str(path))
+    assert result["turns"] == 2 and result["loops"] == 2 and result["loops_caught"] == 2
+    assert result["waste_prevented"] == 2 and result["harmful"] == 0
+
+
+def test_bad_shapes_and_a_truncated_file_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = {"messages": [{"role": "user"}, {"role": "assistant", "tool_calls": 5}]}
+    path = write_jsonl(tmp_path / "bad.jsonl", [bad, LOOP])
+    assert main(["replay", str(path), "--json"]) == 1
+    captured = capsys.readouterr()
+    assert "line 1" in captured.err and "'tool_calls' must be a list" in captured.err
+    assert json.loads(captured.out)[0]["trajectories"] == 1
+    whole = gzip.compress(("".join(json.dumps(LOOP) + "\n" for _ in range(200))).encode())
+    truncated = tmp_path / "cut.jsonl.gz"
+    truncated.write_bytes(whole[: len(whole) // 2])
+    assert main(["replay", str(truncated), "--json"]) == 1
+    captured = capsys.readouterr()
+    assert "unreadable after line" in captured.err and json.loads(captured.out)[0]["trajectories"] >= 1
+
+
+def test_parallel_calls_are_decided_together_as_an_sdk_does() -> None:
+    responses = [
+        [RecordedCall("b", {"x": 0}, 0)],
+        [RecordedCall("b", {"x": 0}, 1), RecordedCall("b", {"x": 0}, 1)],
+    ]
+    tally = replay(Policy(), [Trajectory("t", [responses], True)])
+    assert tally.refused == 1  # checked together: the 3rd is refused before the 2nd's new result is known
+
+
+def test_model_calls_are_counted_and_unreplayable_budgets_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_jsonl(tmp_path / "runs.jsonl", [RECHECK])
+    capped, budget = figures(capsys, str(path), "--policy", '{"max_model_calls": 2}', "--policy", '{"max_cost_usd": 1}')
+    assert capped["turns_stopped"] == 1 and capped["refused"] == 3  # the 3rd response ends the turn
+    assert budget["turns_stopped"] == 0
+    main(["replay", str(path), "--policy", '{"max_cost_usd": 1}'])
+    assert "never trip in a replay" in capsys.readouterr().err
