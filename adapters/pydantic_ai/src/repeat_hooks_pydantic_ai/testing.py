@@ -1,0 +1,131 @@
+"""A testing aid: a scripted model that drives pydantic-ai's real agent graph offline, with no API key.
+
+Not for production. The tests of this package, the example and the benchmark use it; so can yours::
+
+    model = ScriptedModel(keep_calling("track_parcel", {"tracking_number": "FR-7731"}))
+    agent = Agent(model, tools=[track_parcel], capabilities=[RepeatGuard(Policy(max_refusals=3))])
+    result = agent.run_sync("Keep checking FR-7731")
+    model.calls                 # how many model requests reached the model (this process)
+    model.tool_returns(2)       # what the 3rd request carried back as tool returns (refusals included)
+
+It is a ``FunctionModel`` (the seam pydantic-ai offers for this), so ``run``, ``run_sync``,
+``run_stream`` and ``iter`` all work. The script gets the conversation's step: the number of model
+responses already in the messages it is sent (the history of earlier runs included). It depends on
+nothing else, so two processes (a durable workflow's replay, a worker taking a run over) script the
+same responses; call ids are ``call_<step>_<index>`` for the same reason.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any
+
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    ModelResponsePart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+from pydantic_ai.usage import RequestUsage
+
+Arguments = Mapping[str, Any] | str
+"""A tool call's arguments: a dict, or JSON text sent as it is (even if not valid JSON)."""
+Reply = Sequence[ModelResponsePart]
+"""One response: tool calls and/or text."""
+Script = Callable[[int], Reply]
+"""Makes the response at conversation step ``n`` (0-based: model responses already in the messages)."""
+
+
+def call(name: str, arguments: Arguments | None = None, *, step: int = 0, index: int = 0) -> ToolCallPart:
+    """A tool call part with the deterministic id ``call_<step>_<index>``."""
+    args: dict[str, Any] | str = dict(arguments) if isinstance(arguments, Mapping) else (arguments or {})
+    return ToolCallPart(name, args, tool_call_id=f"call_{step}_{index}")
+
+
+def keep_calling(name: str, arguments: Arguments | None = None, parallel: int = 1) -> Script:
+    """A script that calls ``name`` with ``arguments`` in every response, ``parallel`` calls at a time, forever."""
+
+    def script(step: int) -> Reply:
+        return [call(name, arguments, step=step, index=i) for i in range(parallel)]
+
+    return script
+
+
+def answer(text: str) -> Script:
+    """A script that answers ``text`` at once (a cooperative model)."""
+    return lambda step: [TextPart(text)]
+
+
+def steps(*replies: Sequence[tuple[str, Arguments | None]] | str, then: Script | None = None) -> Script:
+    """A script from a list: each item is a response's calls ``[(name, arguments), ...]`` or a text answer.
+
+    Past the list, ``then`` (default: the last item forever).
+    """
+
+    def script(step: int) -> Reply:
+        if step >= len(replies) and then is not None:
+            return then(step)
+        item = replies[min(step, len(replies) - 1)]
+        if isinstance(item, str):
+            return [TextPart(item)]
+        return [call(name, arguments, step=step, index=i) for i, (name, arguments) in enumerate(item)]
+
+    return script
+
+
+class ScriptedModel(FunctionModel):
+    """A ``FunctionModel`` answering from a ``Script``; records what each request received.
+
+    Each response reports ``usage`` (``input_tokens`` / ``output_tokens`` as given), as real models do.
+    """
+
+    def __init__(
+        self,
+        script: Script,
+        *,
+        input_tokens: int = 100,
+        output_tokens: int = 20,
+        model_name: str = "scripted",
+    ) -> None:
+        super().__init__(self._respond, stream_function=self._stream, model_name=model_name)
+        self.script = script
+        self.usage = RequestUsage(input_tokens=input_tokens, output_tokens=output_tokens)
+        self.requests: list[list[ModelMessage]] = []
+        """The messages each request carried, in order (this process only)."""
+
+    @property
+    def calls(self) -> int:
+        """Model requests that reached this model."""
+        return len(self.requests)
+
+    def tool_returns(self, n: int) -> list[str]:
+        """The tool returns (refusals included) the ``n``-th request (0-based) carried in its last message."""
+        last = self.requests[n][-1]
+        if not isinstance(last, ModelRequest):
+            return []
+        return [str(part.content) for part in last.parts if isinstance(part, ToolReturnPart)]
+
+    def _reply(self, messages: list[ModelMessage]) -> Reply:
+        self.requests.append(list(messages))
+        return self.script(step_of(messages))
+
+    def _respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=list(self._reply(messages)), usage=self.usage)
+
+    async def _stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        for index, part in enumerate(self._reply(messages)):
+            if isinstance(part, TextPart):
+                yield part.content
+            elif isinstance(part, ToolCallPart):
+                args = part.args if isinstance(part.args, str) else json.dumps(part.args or {})
+                yield {index: DeltaToolCall(part.tool_name, args, tool_call_id=part.tool_call_id)}
+
+
+def step_of(messages: Sequence[ModelMessage]) -> int:
+    """The conversation's step: how many model responses the messages hold (the guard's own included)."""
+    return sum(1 for message in messages if isinstance(message, ModelResponse))
