@@ -1,0 +1,151 @@
+"""Budgets (model calls, cost, run-clock time), UsageLimits side by side, and misuse that must fail loudly."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from pai_parcels import SEED_004, Carrier, guarded
+from pydantic_ai import Agent, UsageLimits
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import UsageLimitExceeded, UserError
+from repeat_hooks_pydantic_ai import RepeatGuard, stop_of, token_prices
+from repeat_hooks_pydantic_ai.testing import ScriptedModel, keep_calling, steps
+
+from repeat_hooks import Policy, StopReason, StopRepeatedCalls
+
+STUCK = keep_calling("track_parcel", {"parcel_id": "FR-7731"})
+
+
+def wandering(n: int = 50) -> Any:
+    """A model tracking a new parcel at every step: no repeats, it just never stops."""
+    return steps(*[[("track_parcel", {"parcel_id": f"FR-{i}"})] for i in range(n)])
+
+
+# -- UsageLimits side by side -------------------------------------------------------------------------
+
+
+async def test_guard_trips_first_when_request_limit_leaves_room(carrier: Carrier) -> None:
+    agent, model = guarded(STUCK, carrier)
+    result = await agent.run("Keep checking", usage_limits=UsageLimits(request_limit=6))
+    stop = stop_of(result)
+    assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
+    assert result.output == stop.message  # the caller gets a message, not an exception
+    assert model.calls == 5
+
+
+async def test_usage_limits_trip_first_with_an_exception_and_no_message(carrier: Carrier) -> None:
+    agent, model = guarded(STUCK, carrier)
+    with pytest.raises(UsageLimitExceeded, match="request_limit of 4"):
+        await agent.run("Keep checking", usage_limits=UsageLimits(request_limit=4))
+    assert model.calls == 4
+    assert carrier.calls == ["FR-7731", "FR-7731"]  # the guard still refused what it refused
+
+
+async def test_tool_calls_limit_counts_only_calls_that_ran(carrier: Carrier) -> None:
+    # pydantic-ai checks the limit before each call, counting calls that ran: refused calls never run,
+    # so with room for the 2 allowed calls and one more, the guard ends the loop with its message.
+    agent, model = guarded(STUCK, carrier)
+    result = await agent.run("Keep checking", usage_limits=UsageLimits(tool_calls_limit=3))
+    stop = stop_of(result)
+    assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
+    assert carrier.calls == ["FR-7731", "FR-7731"]
+    assert model.calls == 5
+    # With no room past the allowed calls, the limit raises before the guard can refuse the 3rd.
+    with pytest.raises(UsageLimitExceeded, match="tool_calls_limit of 2"):
+        await agent.run("Keep checking", usage_limits=UsageLimits(tool_calls_limit=2))
+    assert carrier.calls == ["FR-7731"] * 4
+    # A model that never repeats is the limit's job: it raises once a 4th call would run.
+    wander, _ = guarded(wandering(), Carrier(), Policy())
+    with pytest.raises(UsageLimitExceeded, match="tool_calls_limit of 3"):
+        await wander.run("Track everything", usage_limits=UsageLimits(tool_calls_limit=3))
+
+
+async def test_max_model_calls_ends_a_wandering_run_with_a_message(carrier: Carrier) -> None:
+    agent, model = guarded(wandering(), carrier, Policy(max_model_calls=4))
+    result = await agent.run("Track everything")
+    stop = stop_of(result)
+    assert stop is not None and stop.reason is StopReason.MAX_STEPS
+    assert model.calls == 4
+    assert carrier.calls == ["FR-0", "FR-1", "FR-2", "FR-3"]
+
+
+async def test_a_step_budget_usage_limits_would_preempt_fails_loudly(carrier: Carrier) -> None:
+    agent, model = guarded(wandering(), carrier, Policy(max_model_calls=8))
+    with pytest.raises(UserError, match=r"max_model_calls=8\) can never trip.*request_limit=8"):
+        await agent.run("Track everything", usage_limits=UsageLimits(request_limit=8))
+    assert model.calls == 0
+    with pytest.raises(UserError, match="request_limit=50"):  # pydantic-ai's default limit
+        await agent.run("Track everything", capabilities=[RepeatGuard(Policy(max_model_calls=60))])
+
+
+# -- cost and time ------------------------------------------------------------------------------------
+
+
+async def test_cost_budget_uses_each_responses_usage(carrier: Carrier) -> None:
+    # 100 input + 20 output tokens per response at $3 / $15 per million: $0.0006 a response.
+    guard = RepeatGuard(Policy(max_cost_usd=0.002), cost=token_prices(3.0, 15.0))
+    agent, model = guarded(wandering(), carrier, guard=guard)
+    result = await agent.run("Track everything")
+    stop = stop_of(result)
+    assert stop is not None and stop.reason is StopReason.COST
+    assert model.calls == 4  # $0.0024 > $0.002 after the 4th response
+
+
+@dataclass
+class FakeRunClock(AbstractCapability[Any]):
+    """A run clock as durable execution provides one (``get_run_clock``): 2 s pass at every reading."""
+
+    readings: int = 0
+
+    def get_run_clock(self) -> Callable[[], datetime] | None:
+        def now() -> datetime:
+            self.readings += 1
+            return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=self.readings)
+
+        return now
+
+
+async def test_time_budget_reads_the_run_clock(carrier: Carrier) -> None:
+    clock = FakeRunClock()
+    model = ScriptedModel(wandering())
+    agent = Agent(model, tools=[carrier.tool], capabilities=[clock, RepeatGuard(Policy(max_model_seconds=2.5))])
+    result = await agent.run("Track everything")
+    stop = stop_of(result)
+    assert stop is not None and stop.reason is StopReason.TIME
+    assert model.calls == 3  # 1 s per model call on the run clock: 3 s > 2.5 s
+    assert clock.readings >= 6
+
+
+# -- misuse -------------------------------------------------------------------------------------------
+
+
+def test_two_guards_on_one_agent_fail_loudly(carrier: Carrier) -> None:
+    model = ScriptedModel(STUCK)
+    with pytest.raises(UserError, match=r"RepeatGuard was given 2 times"):
+        agent = Agent(model, tools=[carrier.tool], capabilities=[RepeatGuard(SEED_004), RepeatGuard(Policy())])
+        agent.run_sync("Keep checking")
+    assert model.calls == 0
+
+
+def test_a_stateful_guard_instead_of_a_policy_fails_loudly() -> None:
+    with pytest.raises(TypeError, match=r"RepeatGuard\(Policy\(\.\.\.\)\)"):
+        RepeatGuard(StopRepeatedCalls())
+    with pytest.raises(TypeError, match="takes a repeat_hooks.Policy"):
+        RepeatGuard({"max_calls": 2})  # type: ignore[arg-type]
+
+
+def test_a_cost_budget_without_prices_fails_loudly() -> None:
+    with pytest.raises(ValueError, match=r"cost=token_prices"):
+        RepeatGuard(Policy(max_cost_usd=1.0))
+    with pytest.raises(ValueError, match="not all zero"):
+        token_prices(0.0, 0.0)
+
+
+async def test_hooks_on_the_agents_own_instance_fail_loudly() -> None:
+    guard = RepeatGuard(SEED_004)
+    with pytest.raises(UserError, match="for_run"):
+        await guard.before_model_request(None, None)  # type: ignore[arg-type]
