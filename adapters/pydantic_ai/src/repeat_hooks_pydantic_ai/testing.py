@@ -105,16 +105,14 @@ class ScriptedModel(FunctionModel):
 
     def tool_returns(self, n: int) -> list[str]:
         """The tool returns (refusals included) the ``n``-th request (0-based) carried in its last message."""
-        last = self.requests[n][-1]
-        if not isinstance(last, ModelRequest):
-            return []
-        return [str(part.content) for part in last.parts if isinstance(part, ToolReturnPart)]
+        return tool_returns(self.requests[n])
 
     def _reply(self, messages: list[ModelMessage]) -> Reply:
         self.requests.append(list(messages))
         return self.script(step_of(messages))
 
-    def _respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    async def _respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        # async: FunctionModel awaits it on the event loop (a plain function would go to a thread).
         return ModelResponse(parts=list(self._reply(messages)), usage=self.usage)
 
     async def _stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
@@ -124,6 +122,14 @@ class ScriptedModel(FunctionModel):
             elif isinstance(part, ToolCallPart):
                 args = part.args if isinstance(part.args, str) else json.dumps(part.args or {})
                 yield {index: DeltaToolCall(part.tool_name, args, tool_call_id=part.tool_call_id)}
+
+
+def tool_returns(messages: Sequence[ModelMessage]) -> list[str]:
+    """The tool returns (refusals included) in the last message of ``messages``, as text."""
+    last = messages[-1] if messages else None
+    if not isinstance(last, ModelRequest):
+        return []
+    return [str(part.content) for part in last.parts if isinstance(part, ToolReturnPart)]
 
 
 def step_of(messages: Sequence[ModelMessage]) -> int:
