@@ -134,7 +134,7 @@ def test_two_guards_on_one_agent_fail_loudly(carrier: Carrier) -> None:
 def test_a_stateful_guard_instead_of_a_policy_fails_loudly() -> None:
     with pytest.raises(TypeError, match=r"RepeatGuard\(Policy\(\.\.\.\)\)"):
         RepeatGuard(StopRepeatedCalls())
-    with pytest.raises(TypeError, match="takes a repeat_hooks.Policy"):
+    with pytest.raises(TypeError, match=r"takes a repeat_hooks\.Policy"):
         RepeatGuard({"max_calls": 2})  # type: ignore[arg-type]
 
 

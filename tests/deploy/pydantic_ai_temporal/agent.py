@@ -67,7 +67,9 @@ agent: Agent[None, str] = Agent(
 )
 
 
-async def run_conversation(agent: Agent[None, str], request: scenario.ConversationRequest) -> scenario.ConversationReport:
+async def run_conversation(
+    agent: Agent[None, str], request: scenario.ConversationRequest
+) -> scenario.ConversationReport:
     """Run ``agent`` for each prompt, continuing the conversation (one run, one turn, each)."""
     history: list[ModelMessage] | None = None
     turns: list[scenario.TurnReport] = []
@@ -96,7 +98,7 @@ async def run_conversation(agent: Agent[None, str], request: scenario.Conversati
 class GuardedParcelConversation(PydanticAIWorkflow):
     """The guarded conversation: the agent above, for each prompt of the input."""
 
-    __pydantic_ai_agents__ = [agent]
+    __pydantic_ai_agents__ = (agent,)
 
     @workflow.run
     async def run(self, request: scenario.ConversationRequest) -> scenario.ConversationReport:
@@ -123,7 +125,7 @@ class SkewedGuardedParcelConversation(PydanticAIWorkflow):
     clock, state from outside the history): replaying a real history with it must fail.
     """
 
-    __pydantic_ai_agents__ = [skewed_agent]
+    __pydantic_ai_agents__ = (skewed_agent,)
 
     @workflow.run
     async def run(self, request: scenario.ConversationRequest) -> scenario.ConversationReport:

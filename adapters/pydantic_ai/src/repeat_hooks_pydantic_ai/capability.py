@@ -135,13 +135,13 @@ class RepeatGuard(AbstractCapability[Any]):
         state = self._run_state()
         limits = ctx.usage_limits
         steps = self.policy.max_model_calls
-        if limits is not None and limits.request_limit is not None and steps is not None:
-            if limits.request_limit <= steps:
-                raise UserError(
-                    f"Policy(max_model_calls={steps}) can never trip: UsageLimits(request_limit="
-                    f"{limits.request_limit}) fails the run first. "
-                    f"Set max_model_calls below request_limit (the guard then ends the run with its message)."
-                )
+        request_limit = limits.request_limit if limits is not None else None
+        if request_limit is not None and steps is not None and request_limit <= steps:
+            raise UserError(
+                f"Policy(max_model_calls={steps}) can never trip: UsageLimits(request_limit={request_limit}) "
+                "fails the run first. Set max_model_calls below request_limit (the guard then ends the run "
+                "with its message)."
+            )
         root = ctx.root_capability
         self._clock = (root.get_run_clock() if root is not None else None) or _utils.now_utc
         self.policy.start_turn(state, ctx.run_id)
