@@ -268,6 +268,7 @@ def assert_report(run: Run) -> None:
         assert turn.output == wanted.stop.message
         assert turn.stop == wanted.stop
         assert turn.tool_returns == wanted.returns
+        assert turn.refused == ["track_parcel"] * 3
         assert turn.model_responses == wanted.model_responses
     assert len(set(report.run_ids)) == 2
     # What the processes saw: the calls that reached the tool, and what the model was sent.

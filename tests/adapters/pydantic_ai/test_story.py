@@ -8,7 +8,7 @@ import pytest
 from pai_parcels import SEED_004, Carrier, guarded, status
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse
-from repeat_hooks_pydantic_ai import stop_of
+from repeat_hooks_pydantic_ai import refusals_of, stop_of
 from repeat_hooks_pydantic_ai.testing import ScriptedModel, answer, keep_calling
 
 from repeat_hooks import Stop, StopReason, StopRepeatedCalls, ToolCall
@@ -67,10 +67,16 @@ async def test_seed_004_each_turn_runs_twice_refuses_three_times_and_ends_with_t
         # What the model read: its first 4 tool returns (the 5th, the 3rd refusal, ended the turn unseen).
         received = [text for n in range(5 * (turn - 1), 5 * turn) for text in model.tool_returns(n)]
         assert received == outputs[:-1]
+        # The run's refusals, as the guard recorded them in the tool returns' metadata (unseen by the model).
+        refusals = refusals_of(result)
+        assert [(tool, r.message, r.reason) for tool, r in refusals] == [
+            ("track_parcel", text, StopReason.REPEATED_CALL) for text in outputs[2:]
+        ]
         history = result.all_messages()
     assert history is not None
     guard_responses = [m for m in history if isinstance(m, ModelResponse) and m.model_name == "repeat-hooks"]
     assert len(guard_responses) == 2
+    assert len(refusals_of(history)) == 6  # both turns' refusals, from the saved history
 
 
 def test_run_sync_tells_the_same_story(carrier: Carrier) -> None:

@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic_ai.durable_exec.temporal import PydanticAIWorkflow, TemporalDurability
     from pydantic_ai.messages import ModelMessage, ModelResponse, ToolReturnPart
     from pydantic_ai.models.function import AgentInfo
-    from repeat_hooks_pydantic_ai import RepeatGuard, stop_of
+    from repeat_hooks_pydantic_ai import RepeatGuard, refusals_of, stop_of
     from repeat_hooks_pydantic_ai.testing import ScriptedModel, call, step_of, tool_returns
     from temporalio.workflow import ActivityConfig
 
@@ -86,7 +86,11 @@ async def run_conversation(
         responses = [m for m in new if isinstance(m, ModelResponse) and m.model_name != "repeat-hooks"]
         turns.append(
             scenario.TurnReport(
-                output=result.output, stop=stop_of(result), tool_returns=returns, model_responses=len(responses)
+                output=result.output,
+                stop=stop_of(result),
+                tool_returns=returns,
+                refused=[tool for tool, _ in refusals_of(result)],
+                model_responses=len(responses),
             )
         )
         run_ids.append(result.run_id)

@@ -207,6 +207,8 @@ class TurnReport(BaseModel):
     """``stop_of(result)``: the guard's stop (``None`` if the model finished on its own)."""
     tool_returns: list[str]
     """The turn's tool returns in order, refusals included (the last may never reach the model)."""
+    refused: list[str]
+    """``refusals_of(result)``: the tool of each call the guard refused in the turn."""
     model_responses: int
     """Responses of real model requests in the turn (the guard's own closing response not counted)."""
 

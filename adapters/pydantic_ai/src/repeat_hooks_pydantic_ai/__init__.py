@@ -8,7 +8,8 @@
 
     agent = Agent(model, tools=[track_parcel], capabilities=[RepeatGuard(Policy(max_refusals=3))])
     result = await agent.run("Keep checking FR-7731")
-    stop_of(result)   # None, or the Stop (reason, message) that ended the run; result.output is its message
+    stop_of(result)       # None, or the Stop (reason, message) that ended the run; result.output is its message
+    refusals_of(result)   # [(tool name, Refusal), ...]: the calls the guard refused in this run
 
 Each run is one turn with its own counters (``for_run``). A refused call never runs: the model reads
 the refusal as the tool's return. A run with structured output only raises ``RepeatGuardStopped``.
@@ -17,7 +18,7 @@ the refusal as the tool's return. A run with structured output only raises ``Rep
 from .calls import FailureCheck, read_only_hint
 from .capability import RepeatGuard, accepts_text
 from .costs import CostOf, token_prices
-from .stopped import RepeatGuardStopped, stop_of
+from .stopped import RepeatGuardStopped, refusals_of, stop_of
 
 __all__ = [
     "CostOf",
@@ -26,6 +27,7 @@ __all__ = [
     "RepeatGuardStopped",
     "accepts_text",
     "read_only_hint",
+    "refusals_of",
     "stop_of",
     "token_prices",
 ]

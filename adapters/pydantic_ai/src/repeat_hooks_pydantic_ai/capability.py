@@ -10,8 +10,9 @@ turn. ``for_run`` gives every run its own copy holding its own ``GuardState``, s
 - ``prepare_model_request`` / ``after_model_request``: time each model attempt on the run clock and
   record it with the cost of its usage (``cost=``).
 - ``wrap_tool_execute``: before a tool runs, the policy counts the call; a refused call never runs and
-  its refusal text is the tool's return value the model reads. After it ran, its outcome (the return
-  value, or the ``ModelRetry`` / ``ToolFailed`` / exception text) is recorded.
+  its refusal text is the tool's return value the model reads (the ``Refusal`` itself rides in the
+  ``ToolReturnPart``'s metadata, which the model does not see: ``refusals_of(result)``). After it ran,
+  its outcome (the return value, or the ``ModelRetry`` / ``ToolFailed`` / exception text) is recorded.
 - ``on_tool_validate_error``: arguments the tool could not accept (malformed JSON, a schema mismatch)
   are recorded as a failed call; pydantic-ai then asks the model to fix them, as usual.
 
@@ -48,7 +49,7 @@ from repeat_hooks import GuardState, Policy, StopRepeatedCalls
 
 from .calls import FailureCheck, error_text, tool_call
 from .costs import CostOf
-from .stopped import RepeatGuardStopped, stop_response
+from .stopped import RepeatGuardStopped, refusal_return, stop_response
 
 Clock = Callable[[], datetime]
 """A clock returning aware datetimes: the run clock (``workflow.now`` under Temporal)."""
@@ -194,7 +195,7 @@ class RepeatGuard(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         handler: WrapToolExecuteHandler,
     ) -> Any:
-        """Fires around each tool call: returns the refusal text without running the tool, or runs it.
+        """Fires around each tool call: returns the refusal (a ``ToolReturn``) without running the tool, or runs it.
 
         The tool's outcome is recorded with its result: the return value (a failure if ``is_failure``
         says so), or the text of a ``ModelRetry``, ``ToolFailed`` or any exception, which then goes on
@@ -204,7 +205,7 @@ class RepeatGuard(AbstractCapability[Any]):
         request = tool_call(call, tool_def, args, self._scope(state))
         refusal = self.policy.check_tool_call(state, request, ctx.run_id)
         if refusal is not None:
-            return refusal.message
+            return refusal_return(refusal)
         try:
             result = await handler(args)
         except _CONTROL_FLOW:

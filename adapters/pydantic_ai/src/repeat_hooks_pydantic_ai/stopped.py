@@ -1,4 +1,7 @@
-"""How a caller learns that the guard ended a run, and why.
+"""How a caller learns what the guard did: the refusals of a run, and the stop that ended it.
+
+- Refusals: each refused call's ``ToolReturnPart`` carries the ``Refusal`` in its ``metadata`` (kept in
+  the message history, never sent to the model); ``refusals_of(result)`` lists them.
 
 - Text output (``output_type=str``, or a union that includes ``str``): the run ends normally and
   ``result.output`` is the stop message. The run's last message is a ``ModelResponse`` the guard wrote
@@ -14,14 +17,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from pydantic_ai.exceptions import AgentRunError
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolReturn, ToolReturnPart
 
-from repeat_hooks import Stop
+from repeat_hooks import Refusal, Stop
 
 GUARD_NAME = "repeat-hooks"
 """``model_name`` and ``provider_name`` of the response the guard writes when it ends a run."""
 STOP_KEY = "repeat_hooks_stop"
 """The key of the ``Stop`` in that response's ``provider_details``."""
+REFUSAL_KEY = "repeat_hooks_refusal"
+"""The key of the ``Refusal`` in a refused call's ``ToolReturnPart.metadata``."""
 
 
 class RepeatGuardStopped(AgentRunError):
@@ -70,3 +75,31 @@ def stop_of(result: Any) -> Stop | None:
             found = details.get(STOP_KEY) if message.provider_name == GUARD_NAME else None
             return None if found is None else Stop.model_validate(found)
     return None
+
+
+def refusal_return(refusal: Refusal) -> ToolReturn[str]:
+    """What a refused call returns: the refusal text for the model, the ``Refusal`` in the metadata."""
+    return ToolReturn(refusal.message, metadata={REFUSAL_KEY: refusal.model_dump(mode="json")})
+
+
+def refusals_of(result: Any) -> list[tuple[str, Refusal]]:
+    """``(tool name, Refusal)`` for each call the guard refused, in order.
+
+    ``result``: a run result (its ``new_messages()``: this run's refusals), a ``RepeatGuardStopped``, or
+    a list of messages (every refusal in them).
+    """
+    if isinstance(result, RepeatGuardStopped):
+        messages: Sequence[ModelMessage] = result.messages
+    elif hasattr(result, "new_messages"):
+        messages = result.new_messages()
+    else:
+        messages = result
+    found: list[tuple[str, Refusal]] = []
+    for message in messages:
+        if not isinstance(message, ModelRequest):
+            continue
+        for part in message.parts:
+            metadata = part.metadata if isinstance(part, ToolReturnPart) else None
+            if isinstance(part, ToolReturnPart) and isinstance(metadata, dict) and REFUSAL_KEY in metadata:
+                found.append((part.tool_name, Refusal.model_validate(metadata[REFUSAL_KEY])))
+    return found
