@@ -18,9 +18,10 @@ the refusal as the tool's return. A run with structured output only raises ``Rep
 from .calls import FailureCheck, read_only_hint
 from .capability import RepeatGuard, accepts_text
 from .costs import CostOf, token_prices
-from .stopped import RepeatGuardStopped, refusals_of, stop_of
+from .stopped import GUARD_NAME, RepeatGuardStopped, refusals_of, stop_of
 
 __all__ = [
+    "GUARD_NAME",
     "CostOf",
     "FailureCheck",
     "RepeatGuard",
