@@ -6,9 +6,9 @@ turn. ``for_run`` gives every run its own copy holding its own ``GuardState``, s
 
 - ``before_run``: starts the turn (its id is ``ctx.run_id``) and picks the run's clock.
 - ``before_model_request``: asks the policy whether the turn is over; if so, the model is not called
-  and the run ends with the stop (see ``stopped``).
-- ``prepare_model_request`` / ``after_model_request``: time each model attempt on the run clock and
-  record it with the cost of its usage (``cost=``).
+  and the run ends with the stop (see ``stopped``); else it reads the run clock.
+- ``after_model_request``: records each model attempt, with its seconds on the run clock (since
+  ``before_model_request`` or the previous attempt) and the cost of its usage (``cost=``).
 - ``wrap_tool_execute``: before a tool runs, the policy counts the call; a refused call never runs and
   its refusal text is the tool's return value the model reads (the ``Refusal`` itself rides in the
   ``ToolReturnPart``'s metadata, which the model does not see: ``refusals_of(result)``). After it ran,
@@ -161,25 +161,23 @@ class RepeatGuard(AbstractCapability[Any]):
         state = self._run_state()
         stop = self.policy.check_model_call(state, ctx.run_id)
         if stop is None:
+            self._started = self._now()
             return request_context
         if accepts_text(request_context.model_request_parameters):
             raise SkipModelRequest(stop_response(stop))
         raise RepeatGuardStopped(stop, ctx.messages)
 
-    async def prepare_model_request(
-        self, ctx: RunContext[Any], request_context: ModelRequestContext
-    ) -> ModelRequestContext:
-        """Fires before each attempt at the model: reads the run clock. Returns the context unchanged."""
-        self._started = self._now()
-        return request_context
-
     async def after_model_request(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
     ) -> ModelResponse:
-        """Fires after each model attempt: records one model call, its run-clock seconds and its cost."""
+        """Fires after each model attempt: records one model call, its run-clock seconds and its cost.
+
+        The seconds run from ``before_model_request`` (or the previous attempt's end) to now.
+        """
         state = self._run_state()
-        started, self._started = self._started, None
-        seconds = (self._now() - started).total_seconds() if started is not None else 0.0
+        now = self._now()
+        started, self._started = self._started, now
+        seconds = (now - started).total_seconds() if started is not None else 0.0
         cost = self.cost(response.usage) if self.cost is not None else 0.0
         self.policy.record_model_call(state, seconds, cost, turn_id=ctx.run_id)
         return response
