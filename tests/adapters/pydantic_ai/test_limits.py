@@ -35,6 +35,9 @@ async def test_guard_trips_first_when_request_limit_leaves_room(carrier: Carrier
     assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
     assert result.output == stop.message  # the caller gets a message, not an exception
     assert model.calls == 5
+    # pydantic-ai counts the guard's closing response as a request (with no tokens): 6 of the 6 allowed.
+    assert result.usage.requests == 6
+    assert result.usage.input_tokens == 5 * 100
 
 
 async def test_usage_limits_trip_first_with_an_exception_and_no_message(carrier: Carrier) -> None:
