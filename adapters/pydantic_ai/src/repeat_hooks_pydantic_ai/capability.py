@@ -23,7 +23,7 @@ replays (``workflow.now()`` under Temporal), so a replayed run decides the same.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -122,7 +122,7 @@ class RepeatGuard(AbstractCapability[Any]):
 
     async def for_run(self, ctx: RunContext[Any]) -> RepeatGuard:
         """Fires once per run, before any hook: returns this run's own copy, with a fresh ``GuardState``."""
-        run = RepeatGuard(self.policy, cost=self.cost, is_failure=self.is_failure, id=self.id)
+        run = replace(self)  # same class and settings; the private per-run fields start empty
         run._state = GuardState()
         return run
 
