@@ -2,10 +2,11 @@
 
 The script: a model stuck on one parcel, over two turns (two ``agent.run`` calls) of one conversation.
 Conversation step 0 asks for ``track_parcel`` on PX-42 and PX-7 in parallel; every later step asks for
-PX-42 again. With ``max_calls=2`` and ``max_refusals=3`` the guard lets PX-42 run twice and PX-7 once,
-refuses PX-42 at model responses 3, 4 and 5, and ends turn 1 before a 6th model request, with the
-``ignored_refusals`` stop message as the output. Turn 2 ("Any news?") is a new run, so a new count:
-PX-42 runs twice more, is refused three times, and the turn ends the same way.
+PX-42 again. With ``max_calls=2``, ``max_refusals=3`` and the default ``count="progress"``, PX-7's run
+(a tool not known to be read-only) restarts PX-42's count, so PX-42 runs at responses 1, 2 and 3, is
+refused at 4, 5 and 6, and turn 1 ends before a 7th model request, with the ``ignored_refusals`` stop
+message as the output. Turn 2 ("Any news?") is a new run, so a new count: PX-42 runs twice, is refused
+three times, and the turn ends the same way.
 
 The ledger is one JSON-lines file every process appends to (``O_APPEND``, one ``write`` per line,
 fsynced): what reached the tool, what reached the model and what it was sent, and where a worker
