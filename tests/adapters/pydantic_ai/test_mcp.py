@@ -14,7 +14,7 @@ from typing import Any
 from fastmcp.client.transports import StdioTransport
 from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPToolset
-from repeat_hooks_pydantic_ai import RepeatGuard, stop_of
+from repeat_hooks_pydantic_ai import RepeatGuard, refusals_of, stop_of
 from repeat_hooks_pydantic_ai.testing import ScriptedModel, keep_calling, steps
 
 from repeat_hooks import GuardState, Policy, Refusal, StopReason, ToolCall
@@ -103,3 +103,27 @@ async def test_mcp_tool_repeats_are_refused_and_never_reach_the_server(tmp_path:
     assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
     assert log.read_text().split("\n")[:-1] == ["track FR-7731"] * 2
     assert model.calls == 5
+
+
+async def test_a_read_only_call_in_between_does_not_excuse_a_repeat(tmp_path: Path) -> None:
+    """Default ``count="progress"``: a call that may change state restarts the others' counts, a read-only one not."""
+    server, log = carrier_server(tmp_path)
+    fr1 = ("track_parcel", {"parcel_id": "FR-1"})
+    policy = Policy(max_calls=2, max_refusals=None)
+    after_a_read = steps([fr1], [fr1], [("track_parcel", {"parcel_id": "FR-2"})], [fr1], "Still in transit.")
+    model = ScriptedModel(after_a_read)
+    agent = Agent(model, toolsets=[server], capabilities=[RepeatGuard(policy)])
+    result = await agent.run("Track FR-1")
+    assert result.output == "Still in transit."
+    assert refusals_of(result)[0][0] == "track_parcel"  # FR-2 is read-only: FR-1's 3rd run is refused
+    assert len(refusals_of(result)) == 1
+
+    after_a_change = steps([fr1], [fr1], [("reroute_parcel", {"parcel_id": "FR-1", "hub": "Paris"})], [fr1], "Done.")
+    agent = Agent(ScriptedModel(after_a_change), toolsets=[server], capabilities=[RepeatGuard(policy)])
+    result = await agent.run("Track FR-1, reroute it, track it again")
+    assert result.output == "Done."
+    assert refusals_of(result) == []  # the reroute may have changed FR-1's status: it runs again
+    assert log.read_text().split("\n")[:-1] == [
+        *["track FR-1", "track FR-1", "track FR-2"],
+        *["track FR-1", "track FR-1", "reroute FR-1", "track FR-1"],
+    ]
