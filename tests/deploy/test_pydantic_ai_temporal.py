@@ -60,6 +60,7 @@ from pydantic_ai_temporal import scenario  # noqa: E402
 from pydantic_ai_temporal.agent import GuardedParcelConversation, SkewedGuardedParcelConversation  # noqa: E402
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory  # noqa: E402
+from temporalio.exceptions import ApplicationError  # noqa: E402
 from temporalio.worker import Replayer  # noqa: E402
 from temporalio.workflow import NondeterminismError  # noqa: E402
 
@@ -361,3 +362,38 @@ async def test_replay_with_a_guard_that_decides_differently_fails(uninterrupted:
     skewed = Replayer(workflows=[SkewedGuardedParcelConversation], plugins=[PydanticAIPlugin()])
     with pytest.raises(NondeterminismError):
         await asyncio.wait_for(skewed.replay_workflow(uninterrupted.history, raise_on_replay_failure=True), 30)
+
+
+# -- structured output: the stop is an exception the workflow catches, or a failed workflow -----------
+
+
+async def test_structured_output_stop_in_a_workflow(workers: Workers, temporal_server: TemporalServer) -> None:
+    """``RepeatGuardStopped`` reaches workflow code; uncaught, it fails the workflow (not a retried task)."""
+    solo = workers.start("solo")
+    await workers.wait_ready("solo", solo)
+    client = await connect(temporal_server.address)
+    want = expected()[0].stop
+
+    caught = await client.execute_workflow(
+        scenario.STRUCTURED_WORKFLOW_NAME,
+        scenario.LookupRequest(catch=True),
+        id=f"pai-lookup-{uuid.uuid4().hex[:12]}",
+        task_queue=scenario.TASK_QUEUE,
+        result_type=scenario.LookupReport,
+        execution_timeout=timedelta(seconds=RESULT_TIMEOUT),
+    )
+    assert caught.stop == want
+    assert caught.messages == 1 + 2 * 6  # the prompt, then 6 responses each with its tool returns
+
+    with pytest.raises(WorkflowFailureError) as failed:
+        await client.execute_workflow(
+            scenario.STRUCTURED_WORKFLOW_NAME,
+            scenario.LookupRequest(catch=False),
+            id=f"pai-lookup-{uuid.uuid4().hex[:12]}",
+            task_queue=scenario.TASK_QUEUE,
+            execution_timeout=timedelta(seconds=RESULT_TIMEOUT),
+        )
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert cause.type == "RepeatGuardStopped"
+    assert want.message in str(cause)

@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic_ai.durable_exec.temporal import PydanticAIWorkflow, TemporalDurability
     from pydantic_ai.messages import ModelMessage, ModelResponse, ToolReturnPart
     from pydantic_ai.models.function import AgentInfo
-    from repeat_hooks_pydantic_ai import RepeatGuard, refusals_of, stop_of
+    from repeat_hooks_pydantic_ai import RepeatGuard, RepeatGuardStopped, refusals_of, stop_of
     from repeat_hooks_pydantic_ai.testing import ScriptedModel, call, step_of, tool_returns
     from temporalio.workflow import ActivityConfig
 
@@ -134,3 +134,30 @@ class SkewedGuardedParcelConversation(PydanticAIWorkflow):
     @workflow.run
     async def run(self, request: scenario.ConversationRequest) -> scenario.ConversationReport:
         return await run_conversation(skewed_agent, request)
+
+
+structured_agent: Agent[None, scenario.Delivery] = Agent(
+    LedgerModel(respond),
+    name="parcel_lookup",
+    output_type=scenario.Delivery,
+    tools=[track_parcel],
+    capabilities=[RepeatGuard(Policy(**scenario.POLICY)), TemporalDurability(activity_config=ACTIVITIES)],
+)
+
+
+@workflow.defn(name=scenario.STRUCTURED_WORKFLOW_NAME)
+class StructuredParcelLookup(PydanticAIWorkflow):
+    """A structured-output agent the guard stops: ``RepeatGuardStopped`` caught in the workflow, or not."""
+
+    __pydantic_ai_agents__ = (structured_agent,)
+
+    @workflow.run
+    async def run(self, request: scenario.LookupRequest) -> scenario.LookupReport:
+        if not request.catch:
+            await structured_agent.run(scenario.PROMPTS[0])
+            raise AssertionError("the guard should have stopped the run")
+        try:
+            await structured_agent.run(scenario.PROMPTS[0])
+        except RepeatGuardStopped as stopped:
+            return scenario.LookupReport(stop=stopped.stop, messages=len(stopped.messages))
+        raise AssertionError("the guard should have stopped the run")

@@ -220,3 +220,27 @@ class ConversationReport(BaseModel):
     turns: list[TurnReport]
     run_ids: list[str]
     """Each turn's ``run_id`` (replay-stable under Temporal: the guard's turn ids)."""
+
+
+STRUCTURED_WORKFLOW_NAME = "StructuredParcelLookupPAI"
+
+
+class Delivery(BaseModel):
+    """The structured agent's output type (no ``str`` branch: a stop raises ``RepeatGuardStopped``)."""
+
+    parcel_id: str
+    eta: str
+
+
+class LookupRequest(BaseModel):
+    """The structured workflow's input: catch ``RepeatGuardStopped`` in the workflow, or let it fail it."""
+
+    catch: bool = True
+
+
+class LookupReport(BaseModel):
+    """What the structured workflow returns when it catches the stop."""
+
+    stop: Stop
+    messages: int
+    """How many messages ``RepeatGuardStopped.messages`` carried."""
