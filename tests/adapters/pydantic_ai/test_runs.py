@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from pai_parcels import SEED_004, Carrier, guarded, status
 from pydantic import BaseModel
-from pydantic_ai import Agent
-from repeat_hooks_pydantic_ai import RepeatGuard, RepeatGuardStopped, stop_of
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+from repeat_hooks_pydantic_ai import RepeatGuard, RepeatGuardStopped, refusals_of, stop_of
 from repeat_hooks_pydantic_ai.testing import ScriptedModel, keep_calling, steps
 
 from repeat_hooks import Policy, StopReason
@@ -101,3 +101,22 @@ async def test_a_run_level_guard_replaces_the_agents(carrier: Carrier) -> None:
     assert stop is not None and stop.reason is StopReason.REPEATED_CALL
     assert carrier.calls == ["FR-7731"]
     assert model.calls == 2
+
+
+async def test_an_approved_call_is_counted_in_the_resumed_run_when_it_runs(carrier: Carrier) -> None:
+    refunded: list[str] = []
+    model = ScriptedModel(steps([("refund", {"order": "A-1"})], "Refunded."))
+    agent = Agent(model, output_type=[str, DeferredToolRequests], capabilities=[RepeatGuard(Policy(max_calls=1))])
+
+    @agent.tool_plain(requires_approval=True)
+    def refund(order: str) -> str:
+        """Refund an order."""
+        refunded.append(order)
+        return f"{order} refunded"
+
+    first = await agent.run("Refund A-1")
+    assert isinstance(first.output, DeferredToolRequests) and refunded == []
+    approvals = DeferredToolResults(approvals={c.tool_call_id: True for c in first.output.approvals})
+    resumed = await agent.run(message_history=first.all_messages(), deferred_tool_results=approvals)
+    assert resumed.output == "Refunded."
+    assert refunded == ["A-1"] and refusals_of(resumed) == []
