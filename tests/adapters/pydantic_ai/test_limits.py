@@ -132,6 +132,13 @@ def test_two_guards_on_one_agent_fail_loudly(carrier: Carrier) -> None:
         agent = Agent(model, tools=[carrier.tool], capabilities=[RepeatGuard(SEED_004), RepeatGuard(Policy())])
         agent.run_sync("Keep checking")
     assert model.calls == 0
+    # Under different ids they slip past pydantic-ai's merge: the run refuses to start.
+    agent = Agent(
+        model, tools=[carrier.tool], capabilities=[RepeatGuard(SEED_004, id="a"), RepeatGuard(Policy(), id="b")]
+    )
+    with pytest.raises(UserError, match=r"2 RepeatGuard capabilities \(ids \['a', 'b'\]\)"):
+        agent.run_sync("Keep checking")
+    assert model.calls == 0 and carrier.calls == []
 
 
 def test_a_stateful_guard_instead_of_a_policy_fails_loudly() -> None:

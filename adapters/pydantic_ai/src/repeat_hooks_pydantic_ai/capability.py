@@ -129,7 +129,8 @@ class RepeatGuard(AbstractCapability[Any]):
     async def before_run(self, ctx: RunContext[Any]) -> None:
         """Fires when the run starts: starts the turn (``ctx.run_id``) and takes the run's clock.
 
-        Raises ``UserError`` when the run's ``UsageLimits.request_limit`` is not above
+        Raises ``UserError`` when the run holds two ``RepeatGuard`` (under different ids), or when the
+        run's ``UsageLimits.request_limit`` is not above
         ``max_model_calls``: pydantic-ai checks its limit before this capability's
         ``before_model_request``, so the guard's step budget could never trip.
         """
@@ -144,6 +145,14 @@ class RepeatGuard(AbstractCapability[Any]):
                 "with its message)."
             )
         root = ctx.root_capability
+        if root is not None:
+            guards: list[AbstractCapability[Any]] = []
+            root.apply(lambda capability: guards.append(capability) if isinstance(capability, RepeatGuard) else None)
+            if len(guards) > 1:  # different ids slip past ``combine``
+                raise UserError(
+                    f"this run has {len(guards)} RepeatGuard capabilities (ids {sorted(str(g.id) for g in guards)}); "
+                    "give one RepeatGuard(Policy(...)) with all the settings"
+                )
         self._clock = (root.get_run_clock() if root is not None else None) or _utils.now_utc
         self.policy.start_turn(state, ctx.run_id)
 
