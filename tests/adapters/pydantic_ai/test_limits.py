@@ -67,10 +67,17 @@ async def test_tool_calls_limit_counts_only_calls_that_ran(carrier: Carrier) -> 
         await wander.run("Track everything", usage_limits=UsageLimits(tool_calls_limit=3))
 
 
-async def test_max_model_calls_ends_a_wandering_run_with_a_message(carrier: Carrier) -> None:
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_max_model_calls_ends_a_wandering_run_with_a_message(streamed: bool, carrier: Carrier) -> None:
     agent, model = guarded(wandering(), carrier, Policy(max_model_calls=4))
-    result = await agent.run("Track everything")
+    if streamed:  # streamed responses are recorded too
+        async with agent.run_stream("Track everything") as result:
+            output = await result.get_output()
+    else:
+        result = await agent.run("Track everything")
+        output = result.output
     stop = stop_of(result)
+    assert stop is not None and output == stop.message
     assert stop is not None and stop.reason is StopReason.MAX_STEPS
     assert model.calls == 4
     assert carrier.calls == ["FR-0", "FR-1", "FR-2", "FR-3"]
