@@ -118,7 +118,7 @@ def check_class_body(guard: type) -> None:
             raise TypeError(f"{owner}.{name} is a Policy the guard never reads: name it policy = Policy(...)")
         close = difflib.get_close_matches(name, SETTINGS, n=1, cutoff=0.85)
         if close:
-            raise TypeError(f"{owner}.{name} is not a guard setting: did you mean {close[0]} = {value!r}?")
+            raise TypeError(f"{owner}.{name} is not a guard setting: did you mean {close[0]} = {spell(value)}?")
     for name in SETTINGS:
         if name in guard.__dict__:
             check_setting(owner, name, guard.__dict__[name])
@@ -126,12 +126,24 @@ def check_class_body(guard: type) -> None:
 
 def instance_setting_message(owner: str, name: str, value: Any) -> str:
     """Why a setting cannot be given to a hook object, and where it goes instead."""
-    where = f"policy = Policy({name}={value!r})" if name in POLICY_FIELDS else f"{name} = {value!r}"
+    where = f"policy = Policy({name}={value!r})" if name in POLICY_FIELDS else f"{name} = {spell(value)}"
     return (
         f"{owner}: {name} cannot be set on a hook object: rc11 rebuilds hook objects from their class (per "
         "hook point, per activity), so it would be ignored. Set it in the class body: "
         f"class {owner}(StopRepeatedCalls): {where}"
     )
+
+
+def spell(value: Any) -> str:
+    """``value`` as it would be written in a class body: a ``Policy`` with only its non-default settings."""
+    if isinstance(value, Policy):
+        given = [
+            (name, getattr(value, name))
+            for name, field in Policy.model_fields.items()
+            if getattr(value, name) != field.get_default(call_default_factory=True)
+        ]
+        return "Policy(" + ", ".join(f"{name}={setting!r}" for name, setting in given) + ")"
+    return repr(value)
 
 
 def _policy_field_message(owner: str, name: str, value: Any) -> str:
