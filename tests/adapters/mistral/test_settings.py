@@ -227,7 +227,8 @@ async def test_two_classes_named_guard_in_two_modules_keep_apart_counts_in_one_s
 
 def test_two_classes_with_one_explicit_state_name_are_an_error() -> None:
     first = _named("shop.guards", MemoryStore(), state_name="guard")
-    with pytest.raises(TypeError, match=r"billing\.guards\.Guard and shop\.guards\.Guard both store their states under state_name 'guard'"):
+    clash = r"billing\.guards\.Guard and shop\.guards\.Guard both store their states under state_name 'guard'"
+    with pytest.raises(TypeError, match=clash):
         _named("billing.guards", MemoryStore(), state_name="guard")
     again = _named("shop.guards", MemoryStore(), state_name="guard")  # the same class, imported again: fine
     assert again.state_name == first.state_name

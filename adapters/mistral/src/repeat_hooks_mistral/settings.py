@@ -17,7 +17,14 @@ from mistralai.agents import agents
 
 from repeat_hooks import Policy, StateStore
 
-SETTINGS = ("policy", "store", "state_name", "fail_closed", "usd_per_million_input_tokens", "usd_per_million_output_tokens")
+SETTINGS = (
+    "policy",
+    "store",
+    "state_name",
+    "fail_closed",
+    "usd_per_million_input_tokens",
+    "usd_per_million_output_tokens",
+)
 """The class variables a guard reads; nothing else configures it."""
 POLICY_FIELDS = frozenset(Policy.model_fields)
 """``Policy``'s settings (``max_calls``, ``match``, ...): they go inside ``policy = Policy(...)``."""
@@ -67,9 +74,9 @@ class GuardClass(type):
 
     def __getattribute__(cls, name: str) -> Any:
         value = type.__getattribute__(cls, name)
-        if name in _IMPLEMENTATIONS and value is _IMPLEMENTATIONS[name]:
-            if not hook_points(type.__getattribute__(cls, "policy"))[name]:
-                return getattr(agents.Hook, name)
+        implemented = name in _IMPLEMENTATIONS and value is _IMPLEMENTATIONS[name]
+        if implemented and not hook_points(type.__getattribute__(cls, "policy"))[name]:
+            return getattr(agents.Hook, name)
         return value
 
     def __setattr__(cls, name: str, value: Any) -> None:
@@ -178,4 +185,3 @@ def claim_state_name(guard: type) -> None:
         if ref() is guard and key != name:
             del _STATE_NAMES[key]
     _STATE_NAMES[name] = weakref.ref(guard)
-
