@@ -187,11 +187,12 @@ class RedisStore:
     ) -> RedisStore:
         """A store with its own client for ``url`` (``redis://``, ``rediss://`` or ``unix://``).
 
-        ``timeout`` bounds connecting and each reply, in seconds, and is never retried: a Redis that
-        hangs costs an update (so a hook call) ``timeout`` seconds, then ``StoreUnavailable``. A
-        connection found closed (Redis restarted, an idle connection dropped) is retried once at
-        once, on a new connection. An update makes one round trip, two for a session it has not
-        written lately (so at most ``2 * timeout`` against a Redis that answers, slowly, the first).
+        ``timeout`` bounds connecting and each reply, in seconds, and a timeout is never retried: a
+        Redis that hangs costs an update (so a hook call) ``timeout`` seconds, then ``StoreUnavailable``.
+        A connection found closed (Redis restarted, an idle connection dropped) is retried once, at
+        once, on a new connection. Each round trip has its own ``timeout``: an update makes one, or
+        two for a session this store has not written lately, so a Redis that answers slowly can cost
+        up to ``2 * timeout``.
         ``client_options`` go to ``redis.asyncio.Redis.from_url`` and override these defaults. The client
         is closed by ``aclose()``. Returns the store; connects lazily (nothing is sent yet).
         """

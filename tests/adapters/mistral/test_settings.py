@@ -100,7 +100,12 @@ def test_a_setting_of_the_wrong_type_is_refused() -> None:
 
 def test_the_hook_object_may_still_hold_what_the_sdk_gives_it(agent_for: Any) -> None:
     """The checks refuse settings only: the SDK's own ``tools=`` still works, and ``to_workflow()`` builds."""
-    hook = ParcelGuard(tools=())
+
+
+    class ToolsGuard(StopRepeatedCalls):  # its own name: rc11 registers workflow hooks by class name
+        policy = Policy(match="tool", max_calls=2, max_refusals=3)
+
+    hook = ToolsGuard(tools=())
     agent_for(ScriptedModel.keep_calling("track_parcel", FR), hook).to_workflow()
 
 
