@@ -63,8 +63,34 @@ def implement(guard: type) -> None:
         _IMPLEMENTATIONS[point] = guard.__dict__[point]
 
 
+def _hook_point(point: str) -> Any:
+    """The class-level view of a hook point: a data descriptor on the metaclass, so it is what
+    ``getattr(GuardClass, point)`` returns, while hook objects and ``super()`` still find the methods
+    in the classes' own dicts (other class attributes keep Python's usual, fast lookup)."""
+
+    def read(cls: type) -> Any:
+        value = next(klass.__dict__[point] for klass in cls.__mro__ if point in klass.__dict__)
+        if value is _IMPLEMENTATIONS.get(point) and not hook_points(_policy(cls))[point]:
+            return getattr(agents.Hook, point)
+        return value
+
+    def write(cls: type, value: Any) -> None:
+        raise TypeError(
+            f"{cls.__name__}.{point} cannot be replaced once the class is made: override it in a subclass "
+            f"(async def {point}(self, ...): ... return await super().{point}(...))"
+        )
+
+    return property(read, write, doc=f"``{point}`` as rc11 sees it on the class: bound only if the policy needs it.")
+
+
+def _policy(cls: type) -> Policy:
+    policy: Policy = getattr(cls, "policy")  # noqa: B009 - read through the class's MRO
+    return policy
+
+
 class GuardClass(type):
-    """The metaclass of ``StopRepeatedCalls``: binds hook points by policy, refuses misplaced settings.
+    """The metaclass of ``StopRepeatedCalls``: offers rc11 the hook points a policy needs, refuses
+    misplaced settings.
 
     rc11 decides which hook points a hook has with ``getattr(type(hook), point) is getattr(Hook, point)``.
     Read on the class, a hook point the class's policy does not need is ``agents.Hook``'s own (so rc11
@@ -72,12 +98,10 @@ class GuardClass(type):
     depth, it is always the guard's, so a user's override that calls ``super()`` reaches the guard.
     """
 
-    def __getattribute__(cls, name: str) -> Any:
-        value = type.__getattribute__(cls, name)
-        implemented = name in _IMPLEMENTATIONS and value is _IMPLEMENTATIONS[name]
-        if implemented and not hook_points(type.__getattribute__(cls, "policy"))[name]:
-            return getattr(agents.Hook, name)
-        return value
+    pre_tool_call = _hook_point("pre_tool_call")
+    post_tool_call = _hook_point("post_tool_call")
+    pre_llm_call = _hook_point("pre_llm_call")
+    post_llm_call = _hook_point("post_llm_call")
 
     def __setattr__(cls, name: str, value: Any) -> None:
         if name == "policy":
@@ -171,7 +195,7 @@ def claim_state_name(guard: type) -> None:
 
     The same class imported again (same module and qualified name) takes the name over.
     """
-    name: str = type.__getattribute__(guard, "state_name")
+    name: str = getattr(guard, "state_name")  # noqa: B009 - typed as str here
     holder = _STATE_NAMES.get(name)
     other = holder() if holder is not None else None
     same = other is not None and (other.__module__, other.__qualname__) == (guard.__module__, guard.__qualname__)
