@@ -115,16 +115,6 @@ def test_post_tool_call_is_bound_whenever_results_count() -> None:
     assert ResultGuard.post_tool_call is not agents.Hook.post_tool_call
 
 
-def _core_counts_progress() -> bool:
-    """Whether the core restarts a call's count when its result changes (issue 9's semantics)."""
-    policy, state = Policy(count="progress", max_calls=2, max_refusals=None), GuardState()
-    for result in ("a", "b"):
-        call = ToolCall("t", {})
-        policy.check_tool_call(state, call, "turn")
-        policy.record_tool_result(state, call, True, "turn", result=result)
-    return policy.check_tool_call(state, ToolCall("t", {}), "turn") is None
-
-
 SCANS = itertools.count(1)
 
 
@@ -138,7 +128,6 @@ class ProgressGuard(StopRepeatedCalls):
     policy = Policy(match="tool", max_calls=2, max_refusals=3, count="progress")
 
 
-@pytest.mark.skipif(not _core_counts_progress(), reason="the core does not count by progress yet (issue 9)")
 async def test_a_call_whose_result_keeps_changing_is_not_refused() -> None:
     model = ScriptedModel.replies(*[ToolUse("track_moving_parcel", FR)] * 4, "It moved four times.")
     agent = agents.Agent(
