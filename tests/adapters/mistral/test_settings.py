@@ -237,6 +237,10 @@ def test_two_classes_with_one_explicit_state_name_are_an_error() -> None:
         _named("billing.guards", MemoryStore(), state_name="guard")
     again = _named("shop.guards", MemoryStore(), state_name="guard")  # the same class, imported again: fine
     assert again.state_name == first.state_name
+    billing = _named("billing.guards", MemoryStore())
+    with pytest.raises(TypeError, match="both store their states under state_name 'guard'"):
+        billing.state_name = "guard"
+    assert billing.state_name == "billing.guards.Guard"
 
 
 def test_the_default_state_name_is_module_and_qualname() -> None:

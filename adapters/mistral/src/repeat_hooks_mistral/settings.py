@@ -113,9 +113,14 @@ class GuardClass(type):
         if name in POLICY_FIELDS:
             raise TypeError(_policy_field_message(cls.__name__, name, value))
         check_setting(cls.__name__, name, value)
+        before = cls.__dict__.get(name)
         type.__setattr__(cls, name, value)
         if name == "state_name":
-            claim_state_name(cls)
+            try:
+                claim_state_name(cls)
+            except TypeError:
+                type.__setattr__(cls, name, before)
+                raise
 
 
 def check_setting(owner: str, name: str, value: Any) -> None:
