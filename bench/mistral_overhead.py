@@ -3,9 +3,10 @@
 A scripted model makes 20 tool calls a turn (20 distinct parcels, so the guard refuses none), then
 answers. The same turn runs interleaved, each on a fresh session, three ways: without hooks, with a
 hook that does nothing at the same hook points the guard takes, and with the guard (seed 004's
-policy: pre_tool_call and pre_llm_call). It prints the median time of each and the median per-round
-ratios: guard / no hook (what a user pays), and guard / empty hook (the guard's own work; the rest
-is rc11's price for running any hook point). Target: <= 1.03x.
+policy under the default count="progress": pre_tool_call, post_tool_call and pre_llm_call). It
+prints the median time of each and the median per-round ratios: guard / no hook (what a user pays),
+and guard / empty hook (the guard's own work; the rest is rc11's price for running any hook point).
+Target: <= 1.03x.
 
     .venv/bin/python bench/mistral_overhead.py [--rounds 40]
 """
@@ -24,8 +25,12 @@ from typing import Any, cast
 os.environ.pop("MISTRAL_API_KEY", None)
 
 from mistralai.agents import agents
-from mistralai.vibe.harness.core.protocol import HookToolCall, ProvidedToolCall
-from mistralai.vibe.harness.runtime.capabilities import PreLlmCallHookInvocation, PreToolCallHookInvocation
+from mistralai.vibe.harness.core.protocol import HookToolCall, ProvidedToolCall, ToolSuccessResult
+from mistralai.vibe.harness.runtime.capabilities import (
+    PostToolCallHookInvocation,
+    PreLlmCallHookInvocation,
+    PreToolCallHookInvocation,
+)
 from mistralai.vibe_agents.sdk.authoring.contracts import HookContext, HookSession
 from repeat_hooks_mistral import Policy, StopRepeatedCalls
 from repeat_hooks_mistral.testing import ScriptedModel, ToolUse, calls_this_turn, run_turn
@@ -48,6 +53,9 @@ class EmptyHook(agents.Hook):
 
     async def pre_tool_call(self, ctx: Any, call: Any) -> Any:
         return agents.hook.PreToolCallHookContinue(effective_arguments=call.tool_call.call.arguments)
+
+    async def post_tool_call(self, ctx: Any, result: Any) -> Any:
+        return agents.hook.PostToolCallHookContinue(tool_result=result.tool_result)
 
     async def pre_llm_call(self, ctx: Any, invocation: Any) -> Any:
         return agents.hook.PreLlmCallHookContinue()
@@ -119,7 +127,7 @@ async def main() -> None:
     print("  what mistralai-agents 1.1 charges for running any hook point (a loop step each).")
     per_call = await hook_call_cost()
     turn = statistics.median(cpu["empty hook"])
-    hook_calls = 2 * CALLS_PER_TURN + 1  # 20 pre_tool_call + 21 pre_llm_call
+    hook_calls = 3 * CALLS_PER_TURN + 1  # 20 pre_tool_call + 20 post_tool_call + 21 pre_llm_call
     print(
         f"  the guard's methods alone, called directly: {per_call * 1e6:.1f} us more than the empty hook's a call;"
         f" x{hook_calls} calls = {per_call * hook_calls / turn * 100:.3f}% of a turn"
@@ -127,11 +135,14 @@ async def main() -> None:
 
 
 async def hook_call_cost(repeat: int = 20_000) -> float:
-    """Seconds the guard's pre_tool_call + pre_llm_call take over the empty hook's, per hook call."""
+    """Seconds the guard's pre_tool_call + post_tool_call + pre_llm_call take over the empty hook's, per hook call."""
     ctx = HookContext(session=HookSession(id="bench", turn_id="turn"), harness=cast(Any, None))
     call = ProvidedToolCall(group_name="client", tool_name="track_parcel", arguments={"tracking_number": "FR-1"})
-    pre_tool = PreToolCallHookInvocation(
-        action_id="a", turn_id="turn", binding_id="b", tool_call=HookToolCall(action_id="x", call_id="c", call=call)
+    tool_call = HookToolCall(action_id="x", call_id="c", call=call)
+    pre_tool = PreToolCallHookInvocation(action_id="a", turn_id="turn", binding_id="b", tool_call=tool_call)
+    scan = ToolSuccessResult(structured_content={"tracking_number": "FR-1", "status": "in transit"})
+    post_tool = PostToolCallHookInvocation(
+        action_id="p", turn_id="turn", binding_id="b", tool_call=tool_call, tool_result=scan
     )
     pre_llm = PreLlmCallHookInvocation(action_id="l", turn_id="turn", binding_id="b")
 
@@ -143,8 +154,9 @@ async def hook_call_cost(repeat: int = 20_000) -> float:
         started = time.perf_counter()
         for _ in range(repeat):
             await hook.pre_tool_call(ctx, pre_tool)
+            await hook.post_tool_call(ctx, post_tool)
             await hook.pre_llm_call(ctx, pre_llm)
-        timings[type(hook).__name__] = (time.perf_counter() - started) / (2 * repeat)
+        timings[type(hook).__name__] = (time.perf_counter() - started) / (3 * repeat)
     return timings["Unlimited"] - timings["EmptyHook"]
 
 

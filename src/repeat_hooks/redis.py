@@ -46,6 +46,7 @@ try:
     from redis.asyncio import Redis
     from redis.asyncio.retry import Retry
     from redis.backoff import ExponentialBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import NoScriptError, RedisError
 except ImportError as error:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
@@ -186,14 +187,20 @@ class RedisStore:
     ) -> RedisStore:
         """A store with its own client for ``url`` (``redis://``, ``rediss://`` or ``unix://``).
 
-        ``timeout`` bounds connecting and each reply, in seconds; a lost connection is retried once.
+        ``timeout`` bounds connecting and each reply, in seconds, and a timeout is never retried: a
+        Redis that hangs costs an update (so a hook call) ``timeout`` seconds, then ``StoreUnavailable``.
+        A connection found closed (Redis restarted, an idle connection dropped) is retried once, at
+        once, on a new connection. Each round trip has its own ``timeout``: an update makes one, or
+        two for a session this store has not written lately, so a Redis that answers slowly can cost
+        up to ``2 * timeout``.
         ``client_options`` go to ``redis.asyncio.Redis.from_url`` and override these defaults. The client
         is closed by ``aclose()``. Returns the store; connects lazily (nothing is sent yet).
         """
         options: dict[str, Any] = {
             "socket_timeout": timeout,
             "socket_connect_timeout": timeout,
-            "retry": Retry(ExponentialBackoff(cap=0.1, base=0.01), retries=1),
+            # Retry a closed connection, never a timeout: a retried timeout doubles every hook call's wait.
+            "retry": Retry(ExponentialBackoff(cap=0.1, base=0.01), retries=1, supported_errors=(RedisConnectionError,)),
         }
         options.update(client_options)
         client = Redis.from_url(url, **options)

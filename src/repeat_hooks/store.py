@@ -58,13 +58,17 @@ class MemoryStore:
     """In-process store: safe under concurrent asyncio tasks and threads, bounded by LRU eviction.
 
     Keeps at most ``max_sessions`` states (seed 003's 1024 by default); the least recently used
-    session is forgotten first. Processes do not share it: use a shared store for that.
+    session is forgotten first, and a forgotten session that comes back counts from zero. Nothing else
+    is removed (ended sessions stay until forgotten). ``evictions`` says how many were forgotten.
+    Processes do not share it: use a shared store for that.
     """
 
     def __init__(self, max_sessions: int = 1024) -> None:
         if max_sessions < 1:
             raise ValueError(f"max_sessions must be at least 1, got {max_sessions}")
         self.max_sessions = max_sessions
+        self.evictions = 0
+        """Sessions forgotten so far to stay within ``max_sessions`` (for monitoring and warnings)."""
         self._states: OrderedDict[str, GuardState] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -81,6 +85,7 @@ class MemoryStore:
                 state = states[key] = GuardState()
                 if len(states) > self.max_sessions:
                     states.popitem(last=False)
+                    self.evictions += 1
             else:
                 states.move_to_end(key)
             return change(state)

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -511,9 +512,18 @@ async def test_unreachable_redis_raises_store_unavailable_quickly() -> None:
     assert caught.value.__cause__ is not None
 
 
-@pytest.fixture
-def silent_server() -> Iterator[int]:
+@dataclass
+class SilentServer:
     """A TCP port that accepts connections and never answers (a hung Redis, a black-holing proxy)."""
+
+    port: int
+    connections: list[socket.socket]
+    """Every connection accepted so far: a client that retries a timed-out request opens another."""
+
+
+@pytest.fixture
+def silent_server() -> Iterator[SilentServer]:
+    """A ``SilentServer``, closed when the test ends."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
@@ -531,7 +541,7 @@ def silent_server() -> Iterator[int]:
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
     try:
-        yield listener.getsockname()[1]
+        yield SilentServer(listener.getsockname()[1], accepted)
     finally:
         closing.set()
         thread.join(5)
@@ -540,12 +550,16 @@ def silent_server() -> Iterator[int]:
         listener.close()
 
 
-async def test_a_redis_that_never_answers_raises_store_unavailable_not_a_hang(silent_server: int) -> None:
-    async with RedisStore.from_url(f"redis://127.0.0.1:{silent_server}/0", timeout=0.3) as store:
+async def test_a_redis_that_never_answers_raises_store_unavailable_not_a_hang(silent_server: SilentServer) -> None:
+    async with RedisStore.from_url(f"redis://127.0.0.1:{silent_server.port}/0", timeout=0.3) as store:
         started = time.monotonic()
-        with pytest.raises(StoreUnavailable):
+        with pytest.raises(StoreUnavailable, match="Timeout"):
             await store.update("s", lambda state: None)
-    assert time.monotonic() - started < 3  # two attempts (one retry) of 0.3 s, plus backoff
+        with pytest.raises(StoreUnavailable, match="Timeout"):
+            await store.update("s", lambda state: None)
+    assert time.monotonic() - started < 3  # a hang, not an error: two updates of one 0.3 s timeout each
+    # The documented timeout is the wait: a timed-out request is not sent again (one connection per update).
+    assert len(silent_server.connections) == 2
 
 
 # -- restarts --------------------------------------------------------------------------------------

@@ -139,7 +139,7 @@ def test_to_workflow_accepts_the_guard(agent_for: Any) -> None:
 class StatefulGuard(ParcelGuard):
     def __init__(self) -> None:
         super().__init__()
-        self.count = 0
+        self.seen = 0  # not a setting: refused by to_workflow() only
 
 
 def test_to_workflow_refuses_a_guard_with_instance_state(agent_for: Any) -> None:

@@ -6,7 +6,7 @@
 
 from repeat_hooks import GuardEvent, GuardState, MemoryStore, Policy, StateStore, Stop, StopReason
 
-from .guard import STORE_DOWN_REFUSAL, STORE_DOWN_STOP, StopRepeatedCalls
+from .guard import STORE_DOWN_REFUSAL, STORE_DOWN_STOP, StopRepeatedCalls, StoreDownStop
 
 __all__ = [
     "STORE_DOWN_REFUSAL",
@@ -19,6 +19,7 @@ __all__ = [
     "Stop",
     "StopReason",
     "StopRepeatedCalls",
+    "StoreDownStop",
 ]
 
 __version__ = "0.1.0"

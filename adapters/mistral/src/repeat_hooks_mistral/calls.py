@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mistralai.vibe.harness.core.protocol import (
     HookToolCall,
     ProvidedToolCall,
@@ -34,6 +36,16 @@ def tool_call(hook_tool_call: HookToolCall, delivery_id: str | None) -> ToolCall
 def succeeded(tool_result: ToolSuccessResult | ToolFailureResult) -> bool:
     """Whether a tool ran without error: rc11 reports a raised exception as a ``ToolFailureResult``."""
     return not isinstance(tool_result, ToolFailureResult)
+
+
+def tool_result(result: ToolSuccessResult | ToolFailureResult) -> Any:
+    """What a tool returned, for the core to digest (never stored raw): its structured content if it has
+    any, else its content blocks; for a failure, the error's code and message."""
+    if isinstance(result, ToolFailureResult):
+        return f"{result.error.code}: {result.error.message}"
+    if result.structured_content is not None:
+        return result.structured_content
+    return [block.model_dump(mode="json") for block in result.content]
 
 
 def cost_usd(
