@@ -19,15 +19,15 @@ import itertools
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr, SkipValidation
 
 Reply = Callable[[Sequence[BaseMessage]], AIMessage]
 """Makes one response from the messages the model received."""
@@ -56,6 +56,28 @@ def answer(text: str) -> Reply:
     return reply
 
 
+def steps(*replies: AIMessage | Reply, then: Reply | None = None) -> Reply:
+    """A model that plays ``replies`` by step within the turn: the ``n``-th response since the last user
+    message is ``replies[n]``, then ``then``. It depends only on the messages, so two processes serving
+    one thread (or a resumed run) script the same conversation.
+    """
+
+    def reply(messages: Sequence[BaseMessage]) -> AIMessage:
+        step = 0
+        for message in reversed(messages):
+            if isinstance(message, HumanMessage):
+                break
+            step += isinstance(message, AIMessage)
+        if step < len(replies):
+            scripted = replies[step]
+            return scripted if isinstance(scripted, AIMessage) else scripted(messages)
+        if then is None:
+            raise RuntimeError(f"steps(): no reply scripted for step {step + 1} of the turn (set then=...)")
+        return then(messages)
+
+    return reply
+
+
 class ScriptedChatModel(BaseChatModel):
     """A chat model that plays ``replies`` in order, then ``then`` forever; records what it received.
 
@@ -66,7 +88,7 @@ class ScriptedChatModel(BaseChatModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    replies: list[AIMessage | Reply] = Field(default_factory=list)
+    replies: Annotated[list[AIMessage | Reply], SkipValidation] = Field(default_factory=list)
     then: Reply | None = None
     usage: tuple[int, int] | None = None
     received: list[list[BaseMessage]] = Field(default_factory=list)
