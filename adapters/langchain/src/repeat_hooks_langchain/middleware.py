@@ -160,18 +160,18 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
     def after_model(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Fires after each model response: decides all its tool calls together, in order.
 
-        Calls that already have a ``ToolMessage`` (answered by another middleware) are skipped: they
-        will not run. Returns the updated counters; ``wrap_tool_call`` reads the decisions from them.
+        Every call the model asked for is judged, also one another middleware already answered (a
+        ``ToolCallLimitMiddleware`` block, a ``HumanInTheLoopMiddleware`` rejection): the model asked
+        for it, so asking again is a repeat, and a model looping on blocked calls still reaches the
+        refusal limit and the stop. That answer is the call's outcome. Returns the updated counters;
+        ``wrap_tool_call`` reads the decisions from them.
         """
-        messages = state["messages"]
-        message, answers = last_batch(messages)
+        message, _ = last_batch(state["messages"])
         if message is None:
             return None
-        answered = {answer.tool_call_id for answer in answers}
         guard = load_state(state)
         for call in message.tool_calls:
-            if call.get("id") not in answered:
-                self.policy.check_tool_call(guard, guard_call(message, call))
+            self.policy.check_tool_call(guard, guard_call(message, call))
         return {STATE_KEY: dump_state(guard)}
 
     async def aafter_model(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
