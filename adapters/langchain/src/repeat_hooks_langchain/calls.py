@@ -5,26 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.messages import ToolCall as LangChainToolCall
 
 from repeat_hooks import ToolCall
 
 
-def delivery_id(message: AIMessage, tool_call_id: str | None) -> str | None:
-    """The id the guard decides one tool call under: the ``AIMessage`` id and the call id.
+def guard_call(call: LangChainToolCall) -> ToolCall:
+    """The guard's ``ToolCall`` for one tool call (arguments as the model sent them).
 
-    Unique within a thread even for providers that reuse call ids (``call_0`` in every response),
-    and the same when the same message is seen again, so a call is never counted twice.
+    No ``call_id``: each call is decided once, in the model node that received it, and that decision is
+    committed with the response in one checkpoint, so no call is ever seen twice.
     """
-    if not tool_call_id:
-        return None
-    return f"{message.id}/{tool_call_id}" if message.id else tool_call_id
-
-
-def guard_call(message: AIMessage, call: LangChainToolCall) -> ToolCall:
-    """The guard's ``ToolCall`` for one tool call of ``message`` (arguments as the model sent them)."""
-    return ToolCall(call["name"], call.get("args"), call_id=delivery_id(message, call.get("id")))
+    return ToolCall(call["name"], call.get("args"))
 
 
 def last_batch(messages: Sequence[BaseMessage]) -> tuple[AIMessage | None, list[ToolMessage]]:
@@ -43,16 +36,6 @@ def last_batch(messages: Sequence[BaseMessage]) -> tuple[AIMessage | None, list[
             return message, answers
         break
     return None, []
-
-
-def message_calling(messages: Sequence[AnyMessage], tool_call_id: str | None) -> AIMessage | None:
-    """The latest ``AIMessage`` that asked for the tool call ``tool_call_id``, else ``None``."""
-    if not tool_call_id:
-        return None
-    for message in reversed(messages):
-        if isinstance(message, AIMessage) and any(call.get("id") == tool_call_id for call in message.tool_calls):
-            return message
-    return None
 
 
 def failed(message: ToolMessage) -> bool:

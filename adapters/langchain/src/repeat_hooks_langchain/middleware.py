@@ -1,18 +1,18 @@
 """``RepeatGuardMiddleware``: repeat-hooks as a LangChain v1 agent middleware for ``create_agent``.
 
-Where each rule of the guard runs in the agent's graph:
+Where each rule of the guard runs in the agent's graph (no extra node per step: the loop's own model
+and tool nodes do the work, so the guard costs almost nothing per call):
 
 - ``before_agent`` (once per ``invoke`` / ``ainvoke`` / ``stream`` / ``astream``; not again when an
   interrupted run resumes): a new turn.
-- ``wrap_model_call`` (around each model call): counts the call, with its seconds and its cost from
-  the response's ``usage_metadata``.
-- ``after_model`` (one node, after each model response): decides every tool call of the response
-  together, in order, so parallel calls are counted exactly; the decisions go into the state.
+- ``wrap_model_call`` (inside the model node, one per step), before the model: records the outcomes of
+  the last batch of tool calls (``ToolMessage.status`` and content), then asks whether the turn must
+  end; if so, the model is not called and the node's answer is an ``AIMessage`` holding the stop
+  message, which ends the loop (no tool calls). After the model: counts the call with its seconds and
+  its cost from ``usage_metadata``, and decides every tool call of the response together, in order,
+  so parallel calls are counted exactly. The counters and the refusals go into the state.
 - ``wrap_tool_call`` (one per tool call, in parallel): a refused call gets the refusal as its
   ``ToolMessage`` and the tool does not run; an allowed call runs as usual.
-- ``before_model`` (one node, before each model call): records the outcomes of the last batch of
-  tool calls (``ToolMessage.status`` and content), then asks whether the turn must end; if so, the
-  agent jumps to the end with an ``AIMessage`` holding the stop message.
 
 The counters live in the graph state under ``repeat_guard`` (see ``state``), so they are checkpointed
 with the thread. The middleware object holds settings only: one compiled agent serves every thread.
@@ -30,17 +30,16 @@ from langchain.agents.middleware import (
     ModelRequest,
     ModelResponse,
     ToolCallRequest,
-    hook_config,
 )
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from repeat_hooks import GuardState, Policy, Refusal, StopRepeatedCalls
+from repeat_hooks import GuardState, Policy, StopRepeatedCalls
 
-from .calls import failed, guard_call, last_batch, message_calling, model_messages, result_of
+from .calls import failed, guard_call, last_batch, model_messages, result_of
 from .cost import CostOf
-from .state import STATE_KEY, RepeatGuardState, dump_state, load_state
+from .state import REFUSALS_KEY, STATE_KEY, RepeatGuardState, dump_state, load_state
 
 Clock = Callable[[], float]
 """A clock in seconds, read around each model call for ``Policy.max_model_seconds``."""
@@ -112,71 +111,38 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
 
     # -- model calls ---------------------------------------------------------------------------------
 
-    @hook_config(can_jump_to=["end"])
-    def before_model(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Fires before each model call: records the last tool results, then may end the turn.
-
-        Returns the updated counters; when a rule trips, also ``jump_to="end"`` and an ``AIMessage``
-        holding the stop message (the caller's last message; the stop is in ``repeat_guard["stop"]``).
-        """
-        guard = load_state(state)
-        self._record_outcomes(guard, state["messages"])
-        stop = self.policy.check_model_call(guard)
-        update: dict[str, Any] = {STATE_KEY: dump_state(guard)}
-        if stop is not None:
-            update["messages"] = [AIMessage(content=stop.message)]
-            update["jump_to"] = "end"
-        return update
-
-    @hook_config(can_jump_to=["end"])
-    async def abefore_model(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """``before_model`` for ``ainvoke`` / ``astream``."""
-        return self.before_model(state, runtime)
-
     def wrap_model_call(
         self, request: ModelRequest[Any], handler: ModelHandler
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        """Fires around each model call: counts it once it answered, with its seconds and cost.
+        """Fires around each model call (inside the model node).
 
-        Returns the model's response unchanged, with the updated counters as a state update.
-        A model call that raises is not counted (the error reaches the caller).
+        Before: records the last tool results; if a rule trips, returns an ``AIMessage`` holding the stop
+        message instead of calling the model (the loop ends; the stop is in ``repeat_guard["stop"]``).
+        After: counts the call (seconds, cost) and decides the response's tool calls. Returns the
+        model's response unchanged, with the counters and refusals as a state update. A model call
+        that raises is not counted (the error reaches the caller).
         """
+        guard, stopped = self._before_model(request.state)
+        if stopped is not None:
+            return stopped
         started = self.clock() if self.clock is not None else 0.0
         response = handler(request)
         seconds = self.clock() - started if self.clock is not None else 0.0
-        return self._counted(request.state, response, seconds)
+        return self._after_model(request.state, guard, response, seconds)
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: AsyncModelHandler
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """``wrap_model_call`` for ``ainvoke`` / ``astream``."""
+        guard, stopped = self._before_model(request.state)
+        if stopped is not None:
+            return stopped
         started = self.clock() if self.clock is not None else 0.0
         response = await handler(request)
         seconds = self.clock() - started if self.clock is not None else 0.0
-        return self._counted(request.state, response, seconds)
+        return self._after_model(request.state, guard, response, seconds)
 
     # -- tool calls ----------------------------------------------------------------------------------
-
-    def after_model(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Fires after each model response: decides all its tool calls together, in order.
-
-        Every call the model asked for is judged, also one another middleware already answered (a
-        ``ToolCallLimitMiddleware`` block, a ``HumanInTheLoopMiddleware`` rejection): the model asked
-        for it, so asking again is a repeat, and a model looping on blocked calls still reaches the
-        refusal limit and the stop. That answer is the call's outcome. Returns the updated counters;
-        ``wrap_tool_call`` reads the decisions from them.
-        """
-        message, _ = last_batch(state["messages"])
-        if message is None:
-            return None
-        guard = load_state(state)
-        for call in message.tool_calls:
-            self.policy.check_tool_call(guard, guard_call(message, call))
-        return {STATE_KEY: dump_state(guard)}
-
-    async def aafter_model(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """``after_model`` for ``ainvoke`` / ``astream``."""
-        return self.after_model(state, runtime)
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: ToolHandler) -> ToolMessage | Command[Any]:
         """Fires around each tool call: a refused call returns its refusal as its ``ToolMessage``
@@ -196,12 +162,22 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
 
     # -- helpers -------------------------------------------------------------------------------------
 
-    def _counted(
-        self, state: Mapping[str, Any], response: ModelResponse[Any], seconds: float
-    ) -> ExtendedModelResponse[Any]:
+    def _before_model(self, state: Mapping[str, Any]) -> tuple[GuardState, ExtendedModelResponse[Any] | None]:
+        """The counters with the last tool results recorded, and the stop answer if the turn must end."""
         guard = load_state(state)
-        cost = 0.0
+        self._record_outcomes(guard, state.get("messages", ()), state.get(REFUSALS_KEY) or {})
+        stop = self.policy.check_model_call(guard)
+        if stop is None:
+            return guard, None
+        answer = ModelResponse[Any](result=[AIMessage(content=stop.message)])
+        return guard, ExtendedModelResponse(model_response=answer, command=self._update(state, guard, {}))
+
+    def _after_model(
+        self, state: Mapping[str, Any], guard: GuardState, response: ModelResponse[Any], seconds: float
+    ) -> ExtendedModelResponse[Any]:
+        """Counts the model call and decides every tool call of its response, in order."""
         messages = model_messages(response.result)
+        cost = 0.0
         if self.cost is not None:
             for message in messages:
                 usage = message.usage_metadata
@@ -214,38 +190,44 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
                         )
                     continue
                 cost += self.cost(usage)
-        delivery = f"model/{messages[-1].id}" if messages and messages[-1].id else None
-        self.policy.record_model_call(guard, seconds=seconds, cost_usd=cost, delivery_id=delivery)
-        return ExtendedModelResponse(model_response=response, command=Command(update={STATE_KEY: dump_state(guard)}))
+        # No delivery id: the count is committed with the response in one checkpoint, so a model node that
+        # runs again (a crash before the commit) is a new, real model call.
+        self.policy.record_model_call(guard, seconds=seconds, cost_usd=cost)
+        refusals: dict[str, str] = {}
+        for message in messages:
+            for call in message.tool_calls:
+                refusal = self.policy.check_tool_call(guard, guard_call(call))
+                if refusal is not None and call.get("id"):
+                    refusals[str(call["id"])] = refusal.message
+        return ExtendedModelResponse(model_response=response, command=self._update(state, guard, refusals))
 
-    def _record_outcomes(self, guard: GuardState, messages: Sequence[AnyMessage]) -> None:
+    @staticmethod
+    def _update(state: Mapping[str, Any], guard: GuardState, refusals: dict[str, str]) -> Command[Any]:
+        update: dict[str, Any] = {STATE_KEY: dump_state(guard)}
+        if refusals or state.get(REFUSALS_KEY):
+            update[REFUSALS_KEY] = refusals  # written when there is something to set or to clear
+        return Command(update=update)
+
+    def _record_outcomes(self, guard: GuardState, messages: Sequence[AnyMessage], refused: Mapping[str, str]) -> None:
+        """Records the outcome of each call of the last batch that was not refused (its ``ToolMessage``)."""
         message, answers = last_batch(messages)
         if message is None:
             return
         calls = {call.get("id"): call for call in message.tool_calls}
         for answer in answers:
             call = calls.get(answer.tool_call_id)
-            if call is None:
-                continue  # answered but not asked for in this message (e.g. a call a reviewer rejected)
-            self.policy.record_tool_result(
-                guard, guard_call(message, call), not failed(answer), result=result_of(answer)
-            )
+            if call is None or answer.tool_call_id in refused:
+                continue  # not asked for in this message, or the guard's own refusal
+            self.policy.record_tool_result(guard, guard_call(call), not failed(answer), result=result_of(answer))
 
-    def _refusal(self, request: ToolCallRequest) -> ToolMessage | None:
+    @staticmethod
+    def _refusal(request: ToolCallRequest) -> ToolMessage | None:
         call = request.tool_call
-        guard = load_state(request.state)
-        message = message_calling(request.state.get("messages", ()), call.get("id"))
-        if message is None:
-            return None  # not a call of the conversation (run by hand): nothing decided it
-        decided = guard_call(message, call)
-        # Decided in after_model (same call id): this returns that decision without counting again. A call
-        # that no after_model saw (added later by another middleware) is judged against the counts, uncounted.
-        refusal: Refusal | None = self.policy.check_tool_call(guard, decided)
-        if refusal is None:
+        refusals = request.state.get(REFUSALS_KEY) or {}
+        text = refusals.get(call.get("id") or "")
+        if text is None:
             return None
-        return ToolMessage(
-            content=refusal.message, tool_call_id=call.get("id") or "", name=call["name"], status="error"
-        )
+        return ToolMessage(content=text, tool_call_id=call.get("id") or "", name=call["name"], status="error")
 
 
 def _turn_id(runtime: Runtime[Any]) -> str | None:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from langchain.agents.middleware import AgentState
-from langchain.agents.middleware.types import OmitFromInput
+from langchain.agents.middleware.types import OmitFromInput, PrivateStateAttr
 from pydantic import ValidationError
 from typing_extensions import NotRequired
 
@@ -19,6 +19,9 @@ from repeat_hooks import GuardState, Stop
 
 STATE_KEY = "repeat_guard"
 """The graph-state key holding ``GuardState.model_dump(mode="json")`` (digests and tool names, no arguments)."""
+
+REFUSALS_KEY = "repeat_guard_refusals"
+"""The graph-state key holding the refusals of the last model response: ``{tool_call_id: refusal text}``."""
 
 
 class RepeatGuardState(AgentState[Any]):
@@ -29,6 +32,8 @@ class RepeatGuardState(AgentState[Any]):
     """
 
     repeat_guard: NotRequired[Annotated[dict[str, Any], OmitFromInput]]
+    repeat_guard_refusals: NotRequired[Annotated[dict[str, str], PrivateStateAttr]]
+    """The refusals of the last model response, for the tool node: written with the decisions."""
 
 
 def load_state(state: Mapping[str, Any]) -> GuardState:
