@@ -117,3 +117,24 @@ def test_the_caller_cannot_pass_counters_in_the_input(carrier: Carrier) -> None:
     agent = parcel_agent(model, carrier)
     assert "repeat_guard" not in agent.get_input_jsonschema()["properties"]
     assert "repeat_guard" in agent.get_output_jsonschema()["properties"]
+
+
+def test_structured_output_calls_are_the_answer_not_tool_calls(carrier: Carrier) -> None:
+    from langchain.agents.structured_output import ToolStrategy
+    from pydantic import BaseModel
+
+    class ParcelStatus(BaseModel):
+        """Where a parcel is."""
+
+        tracking_number: str
+        status: str
+
+    status = {"tracking_number": "FR-7731", "status": "in transit"}
+    model = ScriptedChatModel(replies=[call_message(("ParcelStatus", status))])
+    guard = RepeatGuardMiddleware(Policy(max_calls=0, max_refusals=1))  # would refuse any tool call
+    agent = create_agent(model, tools=[carrier.tool], middleware=[guard], response_format=ToolStrategy(ParcelStatus))
+
+    result = agent.invoke(USER)
+
+    assert result["structured_response"] == ParcelStatus(**status)
+    assert stop_of(result) is None and guard_state_of(result).refusals == 0

@@ -194,8 +194,12 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         # runs again (a crash before the commit) is a new, real model call.
         self.policy.record_model_call(guard, seconds=seconds, cost_usd=cost)
         refusals: dict[str, str] = {}
+        # Calls the model node answered itself (structured output with ToolStrategy) never reach a tool.
+        answered = {m.tool_call_id for m in response.result if isinstance(m, ToolMessage)}
         for message in messages:
             for call in message.tool_calls:
+                if call.get("id") in answered:
+                    continue
                 refusal = self.policy.check_tool_call(guard, guard_call(call))
                 if refusal is not None and call.get("id"):
                     refusals[str(call["id"])] = refusal.message
