@@ -51,7 +51,7 @@ def thread(name: str) -> Any:
 
 def seed_004() -> Policy:
     """Seed 004: per tool, 2 calls a turn run, the 3rd is refused, 3 refusals end the turn."""
-    return Policy(match="tool", max_calls=2, max_refusals=3)
+    return Policy(count="per_turn", match="tool", max_calls=2, max_refusals=3)
 
 
 def parcel_agent(

@@ -78,7 +78,7 @@ def main() -> None:
             time.sleep(3600)  # killed here by the test, mid-turn
         return f"{tracking_number}: in transit, hub Lyon"
 
-    middleware: list[Any] = [RepeatGuardMiddleware(Policy(match="tool", max_calls=2, max_refusals=3))]
+    middleware: list[Any] = [RepeatGuardMiddleware(Policy(count="per_turn", match="tool", max_calls=2, max_refusals=3))]
     if options.scenario == "approval":
         model = ScriptedChatModel(
             then=steps(*[keep_calling("track_parcel", ARGS)] * 3, then=answer("Still in transit."))

@@ -7,7 +7,7 @@ from langchain_parcels import ARGS, IN_TRANSIT, REFUSAL, STOPPED, USER, Carrier,
 from repeat_hooks_langchain import guard_state_of, stop_of
 from repeat_hooks_langchain.testing import ScriptedChatModel, keep_calling
 
-from repeat_hooks import StopReason
+from repeat_hooks import Policy, StopReason
 
 
 def looping_model() -> ScriptedChatModel:
@@ -106,3 +106,20 @@ def test_a_model_that_reads_the_refusal_and_answers_finishes_normally(carrier: C
     assert result["messages"][-1].content == "It is in transit at the Lyon hub."
     assert stop_of(result) is None
     assert guard_state_of(result).refusals == 1
+
+
+def test_the_default_progress_counting_tells_the_same_story_when_nothing_changes(carrier: Carrier) -> None:
+    # count="progress" (the default): the same call, the same result, nothing else ran in between.
+    model = looping_model()
+    agent = parcel_agent(model, carrier, Policy(match="tool", max_calls=2, max_refusals=3))
+
+    result = agent.invoke(USER, thread("t1"))
+
+    assert carrier.calls == ["FR-7731", "FR-7731"]
+    refusal = model.tool_results(3)[0]
+    assert refusal.startswith("Refused: you already called track_parcel 2 times, and nothing has changed since")
+    assert model.tool_results(4) == [refusal]
+    assert model.calls == 5
+    stop = stop_of(result)
+    assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
+    assert result["messages"][-1].content == stop.message
