@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
 from langchain_parcels import ARGS, USER, Carrier, parcel_agent, seed_004, thread
 from repeat_hooks_langchain import RepeatGuardMiddleware, guard_state_of, stop_of, token_prices
 from repeat_hooks_langchain.testing import ScriptedChatModel, call_message, keep_calling
@@ -138,3 +139,34 @@ def test_structured_output_calls_are_the_answer_not_tool_calls(carrier: Carrier)
 
     assert result["structured_response"] == ParcelStatus(**status)
     assert stop_of(result) is None and guard_state_of(result).refusals == 0
+
+
+@pytest.mark.parametrize("hint", [True, None], ids=["read-only-hint", "no-hint"])
+def test_a_read_only_hint_in_tool_metadata_keeps_other_counts_running(carrier: Carrier, hint: bool | None) -> None:
+    # MCP's readOnlyHint, as langchain-mcp-adapters puts it in BaseTool.metadata.
+    @tool
+    def check_weather(city: str) -> str:
+        """Today's weather."""
+        return f"{city}: sunny"
+
+    check_weather.metadata = None if hint is None else {"readOnlyHint": hint}
+
+    track = ("track_parcel", ARGS)
+    model = ScriptedChatModel(
+        replies=[
+            call_message(track),
+            call_message(track),
+            call_message(("check_weather", {"city": "Lyon"})),
+            call_message(track),
+            AIMessage(content="done"),
+        ]
+    )
+    agent = parcel_agent(model, carrier, Policy(max_calls=2), tools=[check_weather])  # count="progress"
+
+    agent.invoke(USER, thread("t1"))
+
+    if hint:  # the weather changes nothing: the 3rd identical track_parcel in a row is refused
+        assert carrier.calls == ["FR-7731"] * 2
+        assert model.tool_results(4)[0].startswith("Refused")
+    else:  # an unknown tool may have changed something: the count restarts and the call runs
+        assert carrier.calls == ["FR-7731"] * 3

@@ -2,22 +2,37 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.messages import ToolCall as LangChainToolCall
+from langchain_core.tools import BaseTool
 
 from repeat_hooks import ToolCall
 
 
-def guard_call(call: LangChainToolCall) -> ToolCall:
+def guard_call(call: LangChainToolCall, read_only: Mapping[str, bool] | None = None) -> ToolCall:
     """The guard's ``ToolCall`` for one tool call (arguments as the model sent them).
 
-    No ``call_id``: each call is decided once, in the model node that received it, and that decision is
-    committed with the response in one checkpoint, so no call is ever seen twice.
+    ``read_only``: the hints of the tools offered (``read_only_hints``). No ``call_id``: each call is
+    decided once, in the model node that received it, and that decision is committed with the response
+    in one checkpoint, so no call is ever seen twice.
     """
-    return ToolCall(call["name"], call.get("args"))
+    name = call["name"]
+    return ToolCall(name, call.get("args"), read_only=None if read_only is None else read_only.get(name))
+
+
+def read_only_hints(tools: Sequence[object]) -> dict[str, bool]:
+    """The tools that say whether they change anything: MCP's ``readOnlyHint``, which
+    ``langchain-mcp-adapters`` puts in ``BaseTool.metadata`` (any tool may set it there)."""
+    hints: dict[str, bool] = {}
+    for tool in tools:
+        if isinstance(tool, BaseTool) and isinstance(tool.metadata, Mapping):
+            hint = tool.metadata.get("readOnlyHint")
+            if isinstance(hint, bool):
+                hints[tool.name] = hint
+    return hints
 
 
 def last_batch(messages: Sequence[BaseMessage]) -> tuple[AIMessage | None, list[ToolMessage]]:

@@ -37,7 +37,7 @@ from langgraph.types import Command
 
 from repeat_hooks import GuardState, Policy, StopRepeatedCalls
 
-from .calls import failed, guard_call, last_batch, model_messages, result_of
+from .calls import failed, guard_call, last_batch, model_messages, read_only_hints, result_of
 from .cost import CostOf
 from .state import REFUSALS_KEY, STATE_KEY, RepeatGuardState, dump_state, load_state
 
@@ -122,25 +122,27 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         model's response unchanged, with the counters and refusals as a state update. A model call
         that raises is not counted (the error reaches the caller).
         """
-        guard, stopped = self._before_model(request.state)
+        hints = read_only_hints(request.tools)
+        guard, stopped = self._before_model(request.state, hints)
         if stopped is not None:
             return stopped
         started = self.clock() if self.clock is not None else 0.0
         response = handler(request)
         seconds = self.clock() - started if self.clock is not None else 0.0
-        return self._after_model(request.state, guard, response, seconds)
+        return self._after_model(request.state, guard, response, seconds, hints)
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: AsyncModelHandler
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """``wrap_model_call`` for ``ainvoke`` / ``astream``."""
-        guard, stopped = self._before_model(request.state)
+        hints = read_only_hints(request.tools)
+        guard, stopped = self._before_model(request.state, hints)
         if stopped is not None:
             return stopped
         started = self.clock() if self.clock is not None else 0.0
         response = await handler(request)
         seconds = self.clock() - started if self.clock is not None else 0.0
-        return self._after_model(request.state, guard, response, seconds)
+        return self._after_model(request.state, guard, response, seconds, hints)
 
     # -- tool calls ----------------------------------------------------------------------------------
 
@@ -162,10 +164,12 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
 
     # -- helpers -------------------------------------------------------------------------------------
 
-    def _before_model(self, state: Mapping[str, Any]) -> tuple[GuardState, ExtendedModelResponse[Any] | None]:
+    def _before_model(
+        self, state: Mapping[str, Any], hints: Mapping[str, bool]
+    ) -> tuple[GuardState, ExtendedModelResponse[Any] | None]:
         """The counters with the last tool results recorded, and the stop answer if the turn must end."""
         guard = load_state(state)
-        self._record_outcomes(guard, state.get("messages", ()), state.get(REFUSALS_KEY) or {})
+        self._record_outcomes(guard, state.get("messages", ()), state.get(REFUSALS_KEY) or {}, hints)
         stop = self.policy.check_model_call(guard)
         if stop is None:
             return guard, None
@@ -173,7 +177,12 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         return guard, ExtendedModelResponse(model_response=answer, command=self._update(state, guard, {}))
 
     def _after_model(
-        self, state: Mapping[str, Any], guard: GuardState, response: ModelResponse[Any], seconds: float
+        self,
+        state: Mapping[str, Any],
+        guard: GuardState,
+        response: ModelResponse[Any],
+        seconds: float,
+        hints: Mapping[str, bool],
     ) -> ExtendedModelResponse[Any]:
         """Counts the model call and decides every tool call of its response, in order."""
         messages = model_messages(response.result)
@@ -200,7 +209,7 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
             for call in message.tool_calls:
                 if call.get("id") in answered:
                     continue
-                refusal = self.policy.check_tool_call(guard, guard_call(call))
+                refusal = self.policy.check_tool_call(guard, guard_call(call, hints))
                 if refusal is not None and call.get("id"):
                     refusals[str(call["id"])] = refusal.message
         return ExtendedModelResponse(model_response=response, command=self._update(state, guard, refusals))
@@ -212,7 +221,13 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
             update[REFUSALS_KEY] = refusals  # written when there is something to set or to clear
         return Command(update=update)
 
-    def _record_outcomes(self, guard: GuardState, messages: Sequence[AnyMessage], refused: Mapping[str, str]) -> None:
+    def _record_outcomes(
+        self,
+        guard: GuardState,
+        messages: Sequence[AnyMessage],
+        refused: Mapping[str, str],
+        hints: Mapping[str, bool],
+    ) -> None:
         """Records the outcome of each call of the last batch that was not refused (its ``ToolMessage``)."""
         message, answers = last_batch(messages)
         if message is None:
@@ -222,7 +237,7 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
             call = calls.get(answer.tool_call_id)
             if call is None or answer.tool_call_id in refused:
                 continue  # not asked for in this message, or the guard's own refusal
-            self.policy.record_tool_result(guard, guard_call(call), not failed(answer), result=result_of(answer))
+            self.policy.record_tool_result(guard, guard_call(call, hints), not failed(answer), result=result_of(answer))
 
     @staticmethod
     def _refusal(request: ToolCallRequest) -> ToolMessage | None:
