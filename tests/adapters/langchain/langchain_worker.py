@@ -91,11 +91,13 @@ def main() -> None:
     with open_saver(options.saver) as saver:
         agent = create_agent(model, tools=[track_parcel], middleware=middleware, checkpointer=saver)
         payload: Any = {"messages": [("user", options.say)]} if options.say else None
-        result = agent.invoke(payload, config)
+        # durability="sync": each step's checkpoint is written before the next step starts, so a process
+        # killed inside a tool loses that step only (LangGraph's default, "async", may lose the one before).
+        result = agent.invoke(payload, config, durability="sync")
         approvals = 0
         while result.get("__interrupt__") and approvals < options.approvals:
             approvals += 1
-            result = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+            result = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config, durability="sync")
         last = result["messages"][-1]
         print(
             json.dumps(
