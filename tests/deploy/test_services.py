@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
-from services import RedisServer, TemporalServer, missing_service, start_redis
+from services import (
+    PostgresServer,
+    RedisServer,
+    TemporalServer,
+    missing_service,
+    start_redis,
+)
 
 pytestmark = pytest.mark.services
 
@@ -65,3 +72,40 @@ def test_a_missing_server_skips_or_fails_as_the_environment_says(monkeypatch: py
     monkeypatch.setenv("REPEAT_HOOKS_REQUIRE_SERVICES", "1")
     with pytest.raises(pytest.fail.Exception, match="REPEAT_HOOKS_REQUIRE_SERVICES=1"):
         missing_service("redis-server not found")
+
+
+def psql(server: PostgresServer, sql: str) -> str:
+    """Run ``sql`` through the server's own ``psql`` client on ``server.url``; its unaligned output."""
+    done = subprocess.run(
+        [str(server.bindir / "psql"), "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", server.url, "-c", sql],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_postgres_server_answers_on_its_url_as_its_superuser(postgres_server: PostgresServer) -> None:
+    assert postgres_server.url == f"postgresql://postgres@127.0.0.1:{postgres_server.port}/postgres"
+    assert psql(postgres_server, "select current_user, current_database(), inet_server_addr()") == (
+        "postgres|postgres|127.0.0.1"
+    )
+    assert postgres_server.pid is not None
+    os.kill(postgres_server.pid, 0)  # alive, and ours to stop
+
+
+def test_a_killed_postgres_keeps_committed_rows_and_restarts_on_its_port(postgres_restartable: PostgresServer) -> None:
+    server = postgres_restartable
+    psql(server, "create table parcels (id text primary key); insert into parcels values ('FR-7731')")
+    pid, port = server.pid, server.port
+    server.kill()
+    assert server.pid is None
+    assert pid is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    server.start()  # crash recovery
+    assert (server.port, psql(server, "select id from parcels")) == (port, "FR-7731")
+    server.stop()
+    assert server.pid is None

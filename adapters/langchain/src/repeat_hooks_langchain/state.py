@@ -1,0 +1,69 @@
+"""Where the guard's counters live: one key of the agent's graph state, holding plain JSON.
+
+The key is checkpointed with the thread like the messages are, so the counts follow the conversation
+through an interrupt and ``Command(resume=...)``, a process restart, and another process serving the
+same thread through a shared checkpointer. The middleware object keeps nothing per thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from langchain.agents.middleware import AgentState
+from langchain.agents.middleware.types import OmitFromInput, PrivateStateAttr
+from pydantic import ValidationError
+from typing_extensions import NotRequired
+
+from repeat_hooks import GuardState, Stop
+
+STATE_KEY = "repeat_guard"
+"""The graph-state key holding ``GuardState.model_dump(mode="json")`` (digests and tool names, no arguments)."""
+
+REFUSALS_KEY = "repeat_guard_refusals"
+"""The graph-state key holding the refusals of the last model response: ``{tool_call_id: refusal text}``."""
+
+
+class RepeatGuardState(AgentState[Any]):
+    """The agent state with the guard's key: read it from a result as ``result["repeat_guard"]``.
+
+    Plain JSON (dicts, lists, strings, numbers), so every checkpointer stores it as it stores the
+    messages. Left out of the input schema: a caller cannot pass counters in.
+    """
+
+    repeat_guard: NotRequired[Annotated[dict[str, Any], OmitFromInput]]
+    repeat_guard_refusals: NotRequired[Annotated[dict[str, str], PrivateStateAttr]]
+    """The refusals of the last model response, for the tool node: written with the decisions."""
+
+
+def load_state(state: Mapping[str, Any]) -> GuardState:
+    """The ``GuardState`` saved in a graph state (a fresh one when the key is absent).
+
+    A value that is not a saved ``GuardState`` raises ``ValueError`` naming the key: it was written by
+    something other than this middleware, and guessing would lose counts.
+    """
+    saved = state.get(STATE_KEY)
+    if saved is None:
+        return GuardState()
+    try:
+        return GuardState.model_validate(saved)
+    except ValidationError as error:
+        raise ValueError(
+            f"the graph state's {STATE_KEY!r} key does not hold a saved GuardState (only "
+            f"RepeatGuardMiddleware may write it): {error}"
+        ) from error
+
+
+def dump_state(state: GuardState) -> dict[str, Any]:
+    """The plain-JSON form stored under ``STATE_KEY``."""
+    return state.model_dump(mode="json")
+
+
+def guard_state_of(result: Mapping[str, Any]) -> GuardState:
+    """The guard's state in a result of ``invoke`` / ``ainvoke`` (or ``agent.get_state(config).values``)."""
+    return load_state(result)
+
+
+def stop_of(result: Mapping[str, Any]) -> Stop | None:
+    """Why the guard ended the turn whose result this is (``Stop.reason``, ``Stop.message``), or ``None``."""
+    return load_state(result).stop

@@ -1,0 +1,164 @@
+"""A testing aid: a scripted chat model that drives the real ``create_agent`` loop offline, with no API key.
+
+Not for production. The tests of this package, the example and the benchmark use it; so can yours::
+
+    model = ScriptedChatModel(then=keep_calling("track_parcel", {"tracking_number": "FR-7731"}))
+    agent = create_agent(model, tools=[track_parcel], middleware=[RepeatGuardMiddleware(Policy())])
+    agent.invoke({"messages": [("user", "Keep checking FR-7731")]})
+    model.calls                  # how many model calls the agent made
+    model.tool_results(2)        # the ToolMessage texts the 3rd call received after the last AIMessage
+
+It is a ``BaseChatModel`` (the seam ``create_agent`` calls through ``bind_tools`` and ``invoke`` /
+``ainvoke``), so every middleware hook, the tool node and the checkpointer run for real. Each tool call
+it sends gets a fresh id; each response reports ``usage_metadata`` when ``usage`` is set.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages.ai import UsageMetadata
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+from pydantic import ConfigDict, Field, PrivateAttr, SkipValidation
+
+Reply = Callable[[Sequence[BaseMessage]], AIMessage]
+"""Makes one response from the messages the model received."""
+
+
+def call_message(*calls: tuple[str, Mapping[str, Any]], text: str = "") -> AIMessage:
+    """An ``AIMessage`` asking for ``calls`` (name, arguments) in parallel; ids are added when sent."""
+    return AIMessage(content=text, tool_calls=[{"name": name, "args": dict(args), "id": None} for name, args in calls])
+
+
+def keep_calling(name: str, arguments: Mapping[str, Any], parallel: int = 1) -> Reply:
+    """A model that asks for ``name(arguments)`` in every response, ``parallel`` calls at a time, forever."""
+
+    def reply(messages: Sequence[BaseMessage]) -> AIMessage:
+        return call_message(*[(name, arguments)] * parallel)
+
+    return reply
+
+
+def answer(text: str) -> Reply:
+    """A model that answers ``text`` (no tool call): the turn ends normally."""
+
+    def reply(messages: Sequence[BaseMessage]) -> AIMessage:
+        return AIMessage(content=text)
+
+    return reply
+
+
+def steps(*replies: AIMessage | Reply, then: Reply | None = None) -> Reply:
+    """A model that plays ``replies`` by step within the turn: the ``n``-th response since the last user
+    message is ``replies[n]``, then ``then``. It depends only on the messages, so two processes serving
+    one thread (or a resumed run) script the same conversation.
+    """
+
+    def reply(messages: Sequence[BaseMessage]) -> AIMessage:
+        step = 0
+        for message in reversed(messages):
+            if isinstance(message, HumanMessage):
+                break
+            step += isinstance(message, AIMessage)
+        if step < len(replies):
+            scripted = replies[step]
+            return scripted if isinstance(scripted, AIMessage) else scripted(messages)
+        if then is None:
+            raise RuntimeError(f"steps(): no reply scripted for step {step + 1} of the turn (set then=...)")
+        return then(messages)
+
+    return reply
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A chat model that plays ``replies`` in order, then ``then`` forever; records what it received.
+
+    ``replies``: ``AIMessage``\\ s or ``Reply`` functions, one per model call. ``then``: the reply once they
+    run out (``None``: an error, so a test sees an unexpected extra call). ``usage``: (input, output)
+    tokens reported on every response, or ``None`` for no ``usage_metadata``.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    replies: Annotated[list[AIMessage | Reply], SkipValidation] = Field(default_factory=list)
+    then: Reply | None = None
+    usage: tuple[int, int] | None = None
+    received: list[list[BaseMessage]] = Field(default_factory=list)
+    """The messages of every call, in call order."""
+    tools_offered: list[str] = Field(default_factory=list)
+    """The tool names ``create_agent`` bound, last binding."""
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _ids: itertools.count[int] = PrivateAttr(default_factory=itertools.count)
+
+    @property
+    def _llm_type(self) -> str:
+        return "repeat-hooks-scripted"
+
+    @property
+    def calls(self) -> int:
+        """How many model calls were made."""
+        return len(self.received)
+
+    def tool_results(self, call: int) -> list[str]:
+        """The texts of the ``ToolMessage``\\ s call ``call`` (0-based) received after its last ``AIMessage``."""
+        texts: list[str] = []
+        for message in reversed(self.received[call]):
+            if not isinstance(message, ToolMessage):
+                break
+            texts.append(message.text)
+        return texts[::-1]
+
+    def bind_tools(
+        self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """Accepts the agent's tools (records their names); the script decides the calls."""
+        self.tools_offered = [str(getattr(tool, "name", None) or getattr(tool, "__name__", tool)) for tool in tools]
+        return self
+
+    def _reply(self, messages: list[BaseMessage]) -> AIMessage:
+        with self._lock:
+            index = len(self.received)
+            self.received.append(list(messages))
+            number = next(self._ids)
+        if index < len(self.replies):
+            scripted = self.replies[index]
+        elif self.then is not None:
+            scripted = self.then
+        else:
+            raise RuntimeError(f"ScriptedChatModel: no reply scripted for call {index + 1} (set then=...)")
+        message = scripted if isinstance(scripted, AIMessage) else scripted(messages)
+        calls = [
+            {**call, "id": call.get("id") or f"call_{number}_{position}_{uuid.uuid4().hex[:8]}"}
+            for position, call in enumerate(message.tool_calls)
+        ]
+        usage: UsageMetadata | None = None
+        if self.usage is not None:
+            tokens_in, tokens_out = self.usage
+            usage = {"input_tokens": tokens_in, "output_tokens": tokens_out, "total_tokens": tokens_in + tokens_out}
+        return AIMessage(content=message.content, tool_calls=calls, usage_metadata=usage)
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self._reply(messages))])
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self._reply(messages))])

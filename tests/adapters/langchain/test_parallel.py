@@ -1,0 +1,62 @@
+"""Parallel tool calls of one ``AIMessage`` are decided together, in order, and counted exactly."""
+
+from __future__ import annotations
+
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_parcels import ARGS, IN_TRANSIT, USER, Carrier, parcel_agent, thread
+from repeat_hooks_langchain import guard_state_of
+from repeat_hooks_langchain.testing import ScriptedChatModel, call_message
+
+from repeat_hooks import Policy
+
+DONE = AIMessage(content="It is in transit.")
+
+
+def tool_messages(result: dict[str, object]) -> list[ToolMessage]:
+    messages = result["messages"]
+    assert isinstance(messages, list)
+    return [m for m in messages if isinstance(m, ToolMessage)]
+
+
+def test_three_identical_parallel_calls_with_max_two_refuse_exactly_one(carrier: Carrier) -> None:
+    model = ScriptedChatModel(replies=[call_message(*[("track_parcel", ARGS)] * 3), DONE])
+    agent = parcel_agent(model, carrier, Policy(max_calls=2, max_refusals=3))
+
+    result = agent.invoke(USER, thread("t1"))
+
+    assert carrier.calls == ["FR-7731", "FR-7731"]
+    answers = tool_messages(result)
+    assert len(answers) == 3  # every call got its ToolMessage
+    refused = [m for m in answers if m.status == "error"]
+    assert len(refused) == 1 and str(refused[0].content).startswith("Refused: you already called track_parcel")
+    # The refused one is the 3rd call of the message, decided in order.
+    calls = result["messages"][1].tool_calls
+    assert refused[0].tool_call_id == calls[2]["id"]
+    assert sorted(model.tool_results(1)) == sorted([IN_TRANSIT, IN_TRANSIT, str(refused[0].content)])
+    state = guard_state_of(result)
+    assert (state.refusals, sorted(state.counts.values())) == (1, [3])
+
+
+async def test_parallel_calls_run_concurrently_under_ainvoke_and_still_count_exactly(carrier: Carrier) -> None:
+    model = ScriptedChatModel(
+        replies=[call_message(*[("track_parcel", ARGS)] * 5), call_message(("track_parcel", ARGS)), DONE]
+    )
+    agent = parcel_agent(model, carrier, Policy(max_calls=2, max_refusals=10))
+
+    result = await agent.ainvoke(USER, thread("t1"))
+
+    assert carrier.calls == ["FR-7731", "FR-7731"]
+    assert [m.status for m in tool_messages(result)].count("error") == 4  # 3 of the batch, then the lone call
+    assert guard_state_of(result).refusals == 4
+
+
+def test_different_arguments_in_one_message_all_run(carrier: Carrier) -> None:
+    numbers = ["FR-1", "FR-2", "FR-3"]
+    model = ScriptedChatModel(
+        replies=[call_message(*[("track_parcel", {"tracking_number": n}) for n in numbers]), DONE]
+    )
+
+    result = parcel_agent(model, carrier, Policy(max_calls=1)).invoke(USER, thread("t1"))
+
+    assert sorted(carrier.calls) == numbers
+    assert all(m.status == "success" for m in tool_messages(result))
