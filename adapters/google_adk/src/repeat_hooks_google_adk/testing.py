@@ -1,0 +1,158 @@
+"""A testing aid: a scripted ``BaseLlm`` that drives the real ADK ``Runner`` offline, with no API key.
+
+Not for production. The tests of this package, the example and the benchmark use it; so can yours::
+
+    model = ScriptedLlm(then=keep_calling("track_parcel", {"tracking_number": "FR-7731"}))
+    agent = LlmAgent(name="parcel_tracker", model=model, tools=[track_parcel])
+    runner = InMemoryRunner(agent=agent, plugins=[RepeatGuardPlugin(Policy(match="tool", max_calls=2))])
+    ...
+    model.calls                      # how many model calls reached the model
+    model.responses_received(2)      # {call_id: response dict} the 3rd request carried as tool results
+
+Replies are lists of ``google.genai.types.Part`` (or a plain string: a text answer). Each response
+reports ``usage_metadata`` as Gemini does. With ``RunConfig(streaming_mode=StreamingMode.SSE)`` the
+text of a reply is streamed word by word as partial responses, then the whole reply comes once more,
+final (as ADK's Gemini model does).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from typing import Any
+
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.genai import types
+from pydantic import PrivateAttr
+
+Reply = Sequence[types.Part] | str
+"""One model response: its parts (function calls and/or text), or a text answer."""
+Script = Callable[["ScriptedLlm", LlmRequest], Reply]
+"""Makes the next response from the request (and the model, for fresh call ids and the call count)."""
+
+
+def function_call(name: str, args: Mapping[str, Any] | None = None, call_id: str | None = None) -> types.Part:
+    """A function-call part; ``call_id=None`` leaves the id to ADK (``adk-<uuid>``), as Gemini does."""
+    return types.Part(function_call=types.FunctionCall(name=name, args=dict(args or {}), id=call_id))
+
+
+def text(value: str) -> types.Part:
+    """A text part: a reply of text parts only is the model's answer, which ends the agent's turn."""
+    return types.Part(text=value)
+
+
+def keep_calling(
+    name: str,
+    args: Mapping[str, Any] | Callable[[LlmRequest], Mapping[str, Any]],
+    parallel: int = 1,
+    say: str | None = None,
+) -> Script:
+    """A script that calls ``name`` in every response, ``parallel`` calls at a time, forever.
+
+    ``args`` may be a function of the request (say, to read the user's message). ``say``: a text part
+    before the calls (streamed word by word in SSE mode).
+    """
+
+    def script(model: ScriptedLlm, request: LlmRequest) -> Reply:
+        arguments = args(request) if callable(args) else args
+        calls = [function_call(name, arguments, model.new_call_id()) for _ in range(parallel)]
+        return [text(say), *calls] if say else calls
+
+    return script
+
+
+def user_text(request: LlmRequest) -> str:
+    """The text of the first user message in a request (the message that started the invocation)."""
+    for content in request.contents:
+        if content.role == "user":
+            for part in content.parts or []:
+                if part.text:
+                    return part.text
+    return ""
+
+
+class ScriptedLlm(BaseLlm):
+    """A ``BaseLlm`` that answers from a script and records every request (a testing aid).
+
+    ``replies`` are used first, in order; after them, ``then`` makes each response (``None``: the
+    model answers ``"Done."``). One instance may serve concurrent sessions (as ADK allows).
+    """
+
+    model: str = "scripted"
+    input_tokens: int = 100
+    """``usage_metadata.prompt_token_count`` of every response."""
+    output_tokens: int = 20
+    """``usage_metadata.candidates_token_count`` of every response."""
+    call_id_prefix: str = "call"
+    _replies: list[Reply | Script] = PrivateAttr(default_factory=list)
+    _then: Script | None = PrivateAttr(default=None)
+    _requests: list[LlmRequest] = PrivateAttr(default_factory=list)
+    _ids: itertools.count[int] = PrivateAttr(default_factory=lambda: itertools.count(1))
+
+    def __init__(self, *replies: Reply | Script, then: Script | None = None, **settings: Any) -> None:
+        super().__init__(**settings)
+        self._replies = list(replies)
+        self._then = then
+
+    @property
+    def requests(self) -> list[LlmRequest]:
+        """Every request received (copies of their contents), oldest first."""
+        return self._requests
+
+    @property
+    def calls(self) -> int:
+        """How many model calls reached the model."""
+        return len(self._requests)
+
+    def new_call_id(self) -> str:
+        """A fresh function-call id: ``call_1``, ``call_2``, ... (the prefix is ``call_id_prefix``)."""
+        return f"{self.call_id_prefix}_{next(self._ids)}"
+
+    def responses_received(self, index: int) -> dict[str, Any]:
+        """``{call_id: response dict}`` of the tool results the ``index``-th request (0-based; -1: the last)
+        carried in its latest message: what the model read of its previous calls."""
+        contents = self._requests[index].contents
+        if not contents:
+            return {}
+        return {
+            str(part.function_response.id): part.function_response.response
+            for part in contents[-1].parts or []
+            if part.function_response is not None
+        }
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        """Fires for each model call: records the request and yields the scripted response (streamed
+        word by word first when ``stream``)."""
+        self._requests.append(LlmRequest(contents=copy.deepcopy(llm_request.contents)))
+        reply = self._next_reply(llm_request)
+        parts = [text(reply)] if isinstance(reply, str) else list(reply)
+        if stream:
+            for part in parts:
+                if part.text:
+                    words = part.text.split(" ")
+                    for index, word in enumerate(words):
+                        chunk = word if index == len(words) - 1 else word + " "
+                        yield LlmResponse(content=types.Content(role="model", parts=[text(chunk)]), partial=True)
+        yield LlmResponse(
+            content=types.Content(role="model", parts=parts),
+            usage_metadata=types.GenerateContentResponseUsageMetadata(
+                prompt_token_count=self.input_tokens,
+                candidates_token_count=self.output_tokens,
+                total_token_count=self.input_tokens + self.output_tokens,
+            ),
+            partial=False if stream else None,
+            turn_complete=True,
+        )
+
+    def _next_reply(self, request: LlmRequest) -> Reply:
+        if self._replies:
+            reply = self._replies.pop(0)
+            return reply(self, request) if callable(reply) else reply
+        if self._then is not None:
+            return self._then(self, request)
+        return "Done."
