@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -93,3 +95,12 @@ async def run_turn(
         )
     ]
     return Turn(events)
+
+
+_TESTS = str(Path(__file__).resolve().parents[2])
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)  # ``import services``, as tests/deploy does
+
+from services import postgres_server  # noqa: E402
+
+__all__ = ["postgres_server"]

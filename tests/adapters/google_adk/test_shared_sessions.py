@@ -1,0 +1,161 @@
+"""Two Runner OS processes share one session through a ``DatabaseSessionService`` (SQLite, Postgres).
+
+The guard keeps no counters in the process: each invocation reads them from the session and writes
+them back with its events. So two processes can serve alternate invocations of one session, and a
+process killed mid-invocation leaves the counts of everything it persisted to the process that
+resumes the invocation (ADK's resumability).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .test_story import STOPPED
+
+WORKER = Path(__file__).with_name("session_worker.py")
+ANSWER_TIMEOUT = 60.0
+
+
+class WorkerProcess:
+    """A ``session_worker.py`` process: JSON commands in, JSON answers out."""
+
+    def __init__(self, name: str, db_url: str, carrier_log: Path, log: Path) -> None:
+        self.name = name
+        self.stderr = log.open("wb")
+        argv = [sys.executable, str(WORKER), "--name", name, "--db", db_url, "--carrier-log", str(carrier_log)]
+        self.process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, start_new_session=True
+        )
+        self.log = log
+        assert self.read() == {"ready": name}
+
+    def read(self) -> dict[str, Any]:
+        stdout = self.process.stdout
+        assert stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(stdout, selectors.EVENT_READ)
+            if not selector.select(ANSWER_TIMEOUT):
+                pytest.fail(f"worker {self.name} did not answer:\n{self.log.read_text()[-3000:]}", pytrace=False)
+        line = stdout.readline()
+        if not line:
+            pytest.fail(f"worker {self.name} exited:\n{self.log.read_text()[-3000:]}", pytrace=False)
+        answer: dict[str, Any] = json.loads(line)
+        if "error" in answer:
+            pytest.fail(f"worker {self.name}: {answer['error']}\n{self.log.read_text()[-3000:]}", pytrace=False)
+        return answer
+
+    def send(self, **command: Any) -> None:
+        stdin = self.process.stdin
+        assert stdin is not None
+        stdin.write((json.dumps(command) + "\n").encode())
+        stdin.flush()
+
+    def ask(self, **command: Any) -> dict[str, Any]:
+        self.send(**command)
+        return self.read()
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no last write."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.stderr.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'sessions.db'}"
+    server = request.getfixturevalue("postgres_server")
+    return str(server.url).replace("postgresql://", "postgresql+asyncpg://", 1)
+
+
+@pytest.fixture
+def workers(db_url: str, tmp_path: Path) -> Iterator[tuple[WorkerProcess, WorkerProcess, Path]]:
+    carrier_log = tmp_path / "carrier.log"
+    carrier_log.touch()
+    first = WorkerProcess("a", db_url, carrier_log, tmp_path / "a.log")
+    try:
+        second = WorkerProcess("b", db_url, carrier_log, tmp_path / "b.log")
+    except BaseException:
+        first.kill()
+        first.close()
+        raise
+    try:
+        yield first, second, carrier_log
+    finally:
+        for worker in (first, second):
+            worker.kill()
+            worker.close()
+
+
+def carrier_calls(log: Path) -> list[str]:
+    return [line.split(" ")[0] for line in log.read_text().splitlines()]
+
+
+def test_two_processes_serve_alternate_invocations_with_exact_counts(
+    workers: tuple[WorkerProcess, WorkerProcess, Path],
+) -> None:
+    a, b, carrier_log = workers
+    session = a.ask(op="create")["session"]
+
+    answers = [worker.ask(op="run", session=session, message="Keep checking FR-7731") for worker in (a, b, a, b)]
+
+    for answer in answers:
+        # Each invocation is one turn: 2 calls reached the carrier, 3 refusals, the stop, no 6th model call.
+        assert answer["finals"] == [STOPPED]
+        assert answer["stop"] == "ignored_refusals"
+        assert answer["model_calls"] == 5
+    assert carrier_calls(carrier_log) == ["a", "a", "b", "b", "a", "a", "b", "b"]
+    # Both processes read and wrote the one state in the database: 4 turns, each stopped once.
+    state = b.ask(op="state", session=session)["state"]
+    assert state["turn"] == 4
+    assert state["turn_id"] == answers[-1]["invocation"]
+    stops = [e for e in state["events"] if e["kind"] == "stop"]
+    assert [e["turn_id"] for e in stops] == [answer["invocation"] for answer in answers]
+    assert sum(e["kind"] == "refusal" for e in state["events"]) == 12
+
+
+def test_a_process_killed_mid_invocation_loses_no_count(workers: tuple[WorkerProcess, WorkerProcess, Path]) -> None:
+    a, b, carrier_log = workers
+    session = a.ask(op="create")["session"]
+    assert a.ask(op="hang_at_model_call", n=3) == {"ok": True}
+
+    # Process a: 2 calls reach the carrier, then it is killed inside its 3rd model call.
+    a.send(op="run", session=session, message="Keep checking FR-7731")
+    assert a.read() == {"hanging": 3}
+    a.kill()
+    assert carrier_calls(carrier_log) == ["a", "a"]
+    persisted = b.ask(op="state", session=session)["state"]
+    assert persisted["model_calls"] == 2
+    invocation = persisted["turn_id"]
+
+    # Process b resumes the invocation: the same turn, so the very next call is refused.
+    answer = b.ask(op="resume", session=session, invocation=invocation)
+
+    assert carrier_calls(carrier_log) == ["a", "a"]
+    assert answer["invocation"] == invocation
+    assert answer["model_calls"] == 3  # 3 refused calls, then the stop instead of a 4th
+    assert answer["finals"] == [STOPPED]
+    assert answer["stop"] == "ignored_refusals"
+    state = b.ask(op="state", session=session)["state"]
+    assert state["turn"] == 1 and state["model_calls"] == 5 and state["refusals"] == 3
