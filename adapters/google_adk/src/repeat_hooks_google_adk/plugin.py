@@ -66,9 +66,10 @@ class RepeatGuardPlugin(BasePlugin):
     failure (tools that raise are failures anyway). ``state_key`` is the session-state key.
 
     Misuse fails loudly: at construction, a limit that could never trip (``max_cost_usd`` without
-    ``prices``, ``max_model_seconds`` without ``clock``); at the start of each invocation
-    (``ValueError`` out of ``run_async``), two guard plugins on one state key, or a
-    ``RunConfig.max_llm_calls`` lower than ``max_model_calls`` (ADK would raise first).
+    ``prices``, ``max_model_seconds`` without ``clock``); at the start of each invocation, two guard
+    plugins on one state key, or a ``RunConfig.max_llm_calls`` lower than ``max_model_calls`` (ADK
+    would raise first). ADK re-raises what a plugin raises as a ``RuntimeError`` naming the plugin,
+    with the guard's message in it, out of ``run_async``.
     """
 
     def __init__(
