@@ -26,6 +26,7 @@ import asyncio
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from google.adk.agents.callback_context import CallbackContext
@@ -36,11 +37,11 @@ from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 
-from repeat_hooks import GuardState, Policy, Stop, StopRepeatedCalls, ToolCall
+from repeat_hooks import GuardState, Policy, Stop, StopRepeatedCalls
 
 from .calls import error_text, tool_call
 from .prices import CostOf
-from .session_state import STATE_KEY, read_state, write_state
+from .session_state import STATE_KEY, ParsedStates
 
 if TYPE_CHECKING:
     from google.adk.agents.invocation_context import InvocationContext
@@ -115,7 +116,8 @@ class RepeatGuardPlugin(BasePlugin):
         self.is_failure = is_failure
         self.state_key = state_key
         self._started: dict[int, float] = {}
-        self._call_ids: weakref.WeakKeyDictionary[ToolContext, str] = weakref.WeakKeyDictionary()
+        self._states = ParsedStates()
+        self._calls: weakref.WeakKeyDictionary[ToolContext, _Call] = weakref.WeakKeyDictionary()
 
     # -- setup checks --------------------------------------------------------------------------
 
@@ -155,11 +157,10 @@ class RepeatGuardPlugin(BasePlugin):
     ) -> dict[str, Any] | None:
         """Fires before each tool call (parallel calls: once each). Returns ``None`` to let it run, or
         ``{"error": <refusal text>}``: ADK then skips the tool and hands the model that response."""
-        turn_id = tool_context.invocation_id
         state = self._load(tool_context)
-        call_id = self._new_call_id(state, turn_id, tool_context)
-        refusal = self.policy.check_tool_call(state, tool_call(tool, tool_args, call_id), turn_id)
-        write_state(tool_context, state, self.state_key)
+        refusal = self.policy.check_tool_call(state, tool_call(tool, tool_args, None), tool_context.invocation_id)
+        self._states.write(tool_context, state, self.state_key)
+        self._calls[tool_context] = _Call(refused=refusal is not None)
         if refusal is None:
             return None
         return {"error": refusal.message}
@@ -199,7 +200,9 @@ class RepeatGuardPlugin(BasePlugin):
         current = state.turn_id
         stop = self.policy.check_model_call(state, turn_id)
         if stop is not None or state.turn_id != current:
-            write_state(callback_context, state, self.state_key)
+            self._states.write(callback_context, state, self.state_key)
+        else:
+            self._states.keep(callback_context.session, state, self.state_key)
         if stop is not None:
             return stop_response(stop)
         if self.clock is not None:
@@ -225,7 +228,7 @@ class RepeatGuardPlugin(BasePlugin):
             cost = self.prices(llm_response.usage_metadata)
         state = self._load(callback_context)
         self.policy.record_model_call(state, seconds, cost, turn_id=callback_context.invocation_id)
-        write_state(callback_context, state, self.state_key)
+        self._states.write(callback_context, state, self.state_key)
         return None
 
     async def on_model_error_callback(
@@ -251,35 +254,30 @@ class RepeatGuardPlugin(BasePlugin):
     # -- helpers -------------------------------------------------------------------------------
 
     def _load(self, context: CallbackContext) -> GuardState:
-        return read_state(context.session, self.state_key)
-
-    def _new_call_id(self, state: GuardState, turn_id: str, tool_context: ToolContext) -> str | None:
-        # ADK gives every call an id (the model's, or "adk-<uuid>"). Scoped by the invocation, it is the
-        # call's delivery id. A model that reuses ids within an invocation would make a new call look
-        # already decided: a settled id is such a reuse (a settled outcome is persisted with the call's
-        # response, so ADK never runs that call again), and gets a suffix.
-        function_call_id = tool_context.function_call_id
-        if function_call_id is None:
-            return None
-        call_id = base = f"{turn_id}/{function_call_id}"
-        number = 1
-        while (seen := state.deliveries.get(call_id)) is not None and seen.settled:
-            number += 1
-            call_id = f"{base}#{number}"
-        self._call_ids[tool_context] = call_id
-        return call_id
+        return self._states.read(context.session, self.state_key)
 
     def _record(
         self, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext, ok: bool, result: Any
     ) -> None:
-        turn_id = tool_context.invocation_id
-        call_id = self._call_ids.pop(tool_context, None)
-        if call_id is None and tool_context.function_call_id is not None:
-            call_id = f"{turn_id}/{tool_context.function_call_id}"
+        # Only calls this plugin counted get an outcome, and once: not a refused call (ADK runs the after
+        # callbacks on the refusal too), not one another plugin answered before us, and not twice when an
+        # error callback answered an error (ADK then runs the after callbacks as well).
+        call = self._calls.get(tool_context)
+        if call is None or call.refused or call.settled:
+            return
+        call.settled = True
         state = self._load(tool_context)
-        call: ToolCall = tool_call(tool, tool_args, call_id)
-        self.policy.record_tool_result(state, call, ok, turn_id, result=result)
-        write_state(tool_context, state, self.state_key)
+        core_call = tool_call(tool, tool_args, None)
+        self.policy.record_tool_result(state, core_call, ok, tool_context.invocation_id, result=result)
+        self._states.write(tool_context, state, self.state_key)
+
+
+@dataclass
+class _Call:
+    """One call in flight, from ``before_tool_callback`` to its outcome (kept with its ``ToolContext``)."""
+
+    refused: bool
+    settled: bool = False
 
 
 def stop_response(stop: Stop) -> LlmResponse:

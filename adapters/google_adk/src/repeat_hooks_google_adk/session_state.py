@@ -24,12 +24,62 @@ STATE_KEY = "repeat_hooks:guard"
 
 
 def read_state(session: Session, key: str = STATE_KEY) -> GuardState:
-    """The guard's state in ``session`` (a fresh ``GuardState`` if it has none yet).
+    """The guard's state in ``session`` (a fresh ``GuardState`` if it has none yet), a copy of its own.
 
     Raises ``ValueError`` naming the key when the value there is not a guard state (something else
     wrote to the key): the guard never guesses counts.
     """
-    raw: Any = session.state.get(key)
+    return _parse(session.state.get(key), key)
+
+
+def write_state(context: Context, state: GuardState, key: str = STATE_KEY) -> None:
+    """Write ``state`` through ``context.state``: into the session now, and into the delta of the event
+    ADK appends next, which persists it."""
+    context.state[key] = state.model_dump(mode="json")
+
+
+class ParsedStates:
+    """The states last written, parsed: reading the dict just written skips validating it again.
+
+    A cache by identity: an entry is used only while the session holds the very dict object it was
+    made from (ADK replaces a state value, never edits it in place, and every session loaded from
+    storage holds new objects), and at most once: ``read`` takes the entry out, ``write`` (or ``keep``,
+    when nothing changed) puts one back, so a dict that is no longer current can never be read as the
+    state that later changed. Bounded; the session state stays the only source of truth.
+    """
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self._entries: dict[int, tuple[Any, GuardState]] = {}
+
+    def read(self, session: Session, key: str) -> GuardState:
+        """The guard's state in ``session``, for the caller to change and then ``write``."""
+        raw = session.state.get(key)
+        entry = self._entries.pop(id(raw), None)
+        if entry is not None and entry[0] is raw:
+            return entry[1]
+        return _parse(raw, key)
+
+    def write(self, context: Context, state: GuardState, key: str) -> None:
+        """``write_state``, remembering the dict written as ``state`` parsed."""
+        raw = state.model_dump(mode="json")
+        context.state[key] = raw
+        self._remember(raw, state)
+
+    def keep(self, session: Session, state: GuardState, key: str) -> None:
+        """After a ``read`` that changed nothing: remember the session's current dict as ``state``."""
+        raw = session.state.get(key)
+        if raw is not None:
+            self._remember(raw, state)
+
+    def _remember(self, raw: Any, state: GuardState) -> None:
+        entries = self._entries
+        if len(entries) >= self.size:
+            del entries[next(iter(entries))]
+        entries[id(raw)] = (raw, state)
+
+
+def _parse(raw: Any, key: str) -> GuardState:
     if raw is None:
         return GuardState()
     try:
@@ -38,12 +88,6 @@ def read_state(session: Session, key: str = STATE_KEY) -> GuardState:
         raise ValueError(
             f"repeat-hooks: session state {key!r} does not hold a guard state (something else wrote it?): {error}"
         ) from error
-
-
-def write_state(context: Context, state: GuardState, key: str = STATE_KEY) -> None:
-    """Write ``state`` through ``context.state``: into the session now, and into the delta of the event
-    ADK appends next, which persists it."""
-    context.state[key] = state.model_dump(mode="json")
 
 
 def stop_of(session: Session, invocation_id: str, key: str = STATE_KEY) -> Stop | None:

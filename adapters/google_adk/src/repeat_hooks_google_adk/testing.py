@@ -87,10 +87,14 @@ class ScriptedLlm(BaseLlm):
     output_tokens: int = 20
     """``usage_metadata.candidates_token_count`` of every response."""
     call_id_prefix: str = "call"
+    record_requests: bool = True
+    """``False``: keep no copy of each request (``requests`` and ``responses_received`` stay empty), for
+    benchmarks, where copying the growing history would weigh on every call."""
     _replies: list[Reply | Script] = PrivateAttr(default_factory=list)
     _then: Script | None = PrivateAttr(default=None)
     _requests: list[LlmRequest] = PrivateAttr(default_factory=list)
     _ids: itertools.count[int] = PrivateAttr(default_factory=lambda: itertools.count(1))
+    _calls: int = PrivateAttr(default=0)
 
     def __init__(self, *replies: Reply | Script, then: Script | None = None, **settings: Any) -> None:
         super().__init__(**settings)
@@ -105,7 +109,7 @@ class ScriptedLlm(BaseLlm):
     @property
     def calls(self) -> int:
         """How many model calls reached the model."""
-        return len(self._requests)
+        return self._calls
 
     def new_call_id(self) -> str:
         """A fresh function-call id: ``call_1``, ``call_2``, ... (the prefix is ``call_id_prefix``)."""
@@ -128,7 +132,9 @@ class ScriptedLlm(BaseLlm):
     ) -> AsyncGenerator[LlmResponse, None]:
         """Fires for each model call: records the request and yields the scripted response (streamed
         word by word first when ``stream``)."""
-        self._requests.append(LlmRequest(contents=copy.deepcopy(llm_request.contents)))
+        self._calls += 1
+        if self.record_requests:
+            self._requests.append(LlmRequest(contents=copy.deepcopy(llm_request.contents)))
         reply = self._next_reply(llm_request)
         parts = [text(reply)] if isinstance(reply, str) else list(reply)
         if stream:
