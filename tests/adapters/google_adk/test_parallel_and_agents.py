@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from google.adk.agents import LlmAgent
+from google.adk.tools.agent_tool import AgentTool
 from repeat_hooks_google_adk import RepeatGuardPlugin, read_state
 from repeat_hooks_google_adk.testing import ScriptedLlm, function_call, keep_calling, text
 
@@ -119,3 +120,32 @@ async def test_concurrent_sessions_on_one_runner_are_kept_apart() -> None:
         state = read_state(session)
         assert state.turn_id == turn.invocation_id
         assert state.model_calls == 5 and state.refusals == 3
+
+
+async def test_an_agent_used_as_a_tool_counts_in_the_callers_turn(carrier: Carrier) -> None:
+    tracker_model = ScriptedLlm(then=keep_calling("track_parcel", ARGS))
+    tracker = LlmAgent(name="parcel_tracker", model=tracker_model, tools=[carrier.tool])
+    desk_model = ScriptedLlm(
+        [function_call("track_parcel", ARGS, "d1")],
+        [function_call("parcel_tracker", {"request": "Keep checking FR-7731"}, "d2")],
+        then=keep_calling("track_parcel", ARGS),
+    )
+    desk = LlmAgent(name="front_desk", model=desk_model, tools=[carrier.tool, AgentTool(tracker)])
+    runner = runner_for(desk, RepeatGuardPlugin(Policy(match="tool", max_calls=2, max_refusals=3)))
+    session_id = await new_session(runner)
+
+    turn = await run_turn(runner, session_id, "Keep checking FR-7731")
+
+    # The nested run (an invocation of its own, in a session of its own) is part of the desk's turn:
+    # the desk's call and the tracker's first make 2, and the tracker's next 3 are refused.
+    assert carrier.calls == ["FR-7731", "FR-7731"]
+    assert tracker_model.calls == 4
+    assert turn.tool_responses[1] == {"result": STOPPED}  # what the tracker answered the desk
+    # The stop reached the desk's turn too: no further model call, the same final message.
+    assert desk_model.calls == 2
+    assert turn.final_text == STOPPED
+    session = await runner.session_service.get_session(app_name=runner.app_name, user_id=USER, session_id=session_id)
+    assert session is not None
+    state = read_state(session)
+    assert state.turn == 1 and state.turn_id == turn.invocation_id
+    assert state.model_calls == 2 + 4

@@ -26,6 +26,7 @@ import asyncio
 import time
 import weakref
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,10 @@ FailureCheck = Callable[[dict[str, Any]], bool]
 STOP_METADATA = "repeat_hooks_stop"
 """The ``custom_metadata`` key of the guard's final event: the stop reason (``"ignored_refusals"``, ...)."""
 _MAX_TIMERS = 4096
+
+_enclosing_turn: ContextVar[str | None] = ContextVar("repeat_hooks_enclosing_turn", default=None)
+"""The turn of the tool call running in this task: an agent used as a tool (``AgentTool``) runs a
+nested Runner inside the call, with an invocation id of its own, which belongs to the caller's turn."""
 
 
 class RepeatGuardPlugin(BasePlugin):
@@ -157,11 +162,13 @@ class RepeatGuardPlugin(BasePlugin):
     ) -> dict[str, Any] | None:
         """Fires before each tool call (parallel calls: once each). Returns ``None`` to let it run, or
         ``{"error": <refusal text>}``: ADK then skips the tool and hands the model that response."""
+        turn_id = turn_of(tool_context)
         state = self._load(tool_context)
-        refusal = self.policy.check_tool_call(state, tool_call(tool, tool_args, None), tool_context.invocation_id)
+        refusal = self.policy.check_tool_call(state, tool_call(tool, tool_args, None), turn_id)
         self._states.write(tool_context, state, self.state_key)
         self._calls[tool_context] = _Call(refused=refusal is not None)
         if refusal is None:
+            _enclosing_turn.set(turn_id)  # this call's task only: ADK runs each call in a task of its own
             return None
         return {"error": refusal.message}
 
@@ -195,7 +202,7 @@ class RepeatGuardPlugin(BasePlugin):
         """Fires before each model call. Returns ``None`` to let it happen, or, when the turn must stop,
         the final text-only response (the stop message): the model is not called and the agent's turn
         ends with it."""
-        turn_id = callback_context.invocation_id
+        turn_id = turn_of(callback_context)
         state = self._load(callback_context)
         current = state.turn_id
         stop = self.policy.check_model_call(state, turn_id)
@@ -227,7 +234,7 @@ class RepeatGuardPlugin(BasePlugin):
         if self.prices is not None and llm_response.usage_metadata is not None:
             cost = self.prices(llm_response.usage_metadata)
         state = self._load(callback_context)
-        self.policy.record_model_call(state, seconds, cost, turn_id=callback_context.invocation_id)
+        self.policy.record_model_call(state, seconds, cost, turn_id=turn_of(callback_context))
         self._states.write(callback_context, state, self.state_key)
         return None
 
@@ -268,7 +275,7 @@ class RepeatGuardPlugin(BasePlugin):
         call.settled = True
         state = self._load(tool_context)
         core_call = tool_call(tool, tool_args, None)
-        self.policy.record_tool_result(state, core_call, ok, tool_context.invocation_id, result=result)
+        self.policy.record_tool_result(state, core_call, ok, turn_of(tool_context), result=result)
         self._states.write(tool_context, state, self.state_key)
 
 
@@ -278,6 +285,13 @@ class _Call:
 
     refused: bool
     settled: bool = False
+
+
+def turn_of(context: CallbackContext) -> str:
+    """The turn a callback belongs to: its invocation's id, or, inside a nested run of an agent used as a
+    tool, the id of the turn whose tool call runs it."""
+    enclosing = _enclosing_turn.get()
+    return enclosing if enclosing is not None else context.invocation_id
 
 
 def stop_response(stop: Stop) -> LlmResponse:
