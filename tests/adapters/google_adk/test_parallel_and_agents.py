@@ -24,20 +24,20 @@ async def test_parallel_identical_calls_are_counted_exactly(carrier: Carrier) ->
 
     turn = await run_turn(runner, session_id, "Keep checking FR-7731")
 
-    # 3 calls at once: exactly 2 ran, the 3rd was refused; the next response's 3 were all refused.
+    # 3 calls at once: exactly 2 ran, the 3rd was refused; the next two responses' calls were all refused.
     assert carrier.calls == ["FR-7731", "FR-7731"]
     first = model.responses_received(1)
     assert sorted(map(str, first.values())) == sorted(map(str, [{"status": TRACKED}] * 2 + [{"error": REFUSAL}]))
-    assert turn.tool_responses[3:] == [{"error": REFUSAL}] * 3
-    # 4 refusals >= 3: the 3rd model call did not happen.
-    assert model.calls == 2
+    assert turn.tool_responses[3:] == [{"error": REFUSAL}] * 6
+    # Refusals count once per model response: 3 responses with refusals, so no 4th model call.
+    assert model.calls == 3
     assert turn.final_text == STOPPED
     # What the session service persisted (ADK merges the parallel calls' state deltas) is the exact count.
     session = await runner.session_service.get_session(app_name=runner.app_name, user_id=USER, session_id=session_id)
     assert session is not None
     state = read_state(session)
-    assert list(state.counts.values()) == [6]
-    assert state.refusals == 4 and state.model_calls == 2
+    assert list(state.counts.values()) == [9]
+    assert state.refusals == 7 and state.refused_responses == 3 and state.model_calls == 3
 
 
 async def test_parallel_calls_with_different_arguments_all_run(carrier: Carrier) -> None:
@@ -60,6 +60,8 @@ async def test_a_transfer_to_a_sub_agent_counts_in_the_same_turn(carrier: Carrie
         [function_call("transfer_to_agent", {"agent_name": "parcel_tracker"}, "d2")],
     )
     desk = LlmAgent(name="front_desk", model=desk_model, tools=[carrier.tool], sub_agents=[tracker])
+    # The default count="progress": a repeat counts while nothing that could change its result ran in
+    # between. transfer_to_agent changes no data (the adapter says so), so it restarts no count.
     runner = runner_for(desk, RepeatGuardPlugin(Policy(match="tool", max_calls=2, max_refusals=3)))
     session_id = await new_session(runner)
 
@@ -69,7 +71,8 @@ async def test_a_transfer_to_a_sub_agent_counts_in_the_same_turn(carrier: Carrie
     assert carrier.calls == ["FR-7731", "FR-7731"]
     assert {e.author for e in turn.events} >= {"front_desk", "parcel_tracker"}
     assert tracker_model.responses_received(1) == {"call_1": {"status": TRACKED}}
-    assert tracker_model.responses_received(2) == {"call_2": {"error": REFUSAL}}
+    refused = tracker_model.responses_received(2)["call_2"]["error"]
+    assert refused.startswith("Refused: you already called track_parcel 2 times")
     assert tracker_model.calls == 4
     assert turn.final.author == "parcel_tracker"
     assert turn.final_text == STOPPED

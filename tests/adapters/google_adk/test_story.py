@@ -23,7 +23,7 @@ ARGS = {"tracking_number": "FR-7731"}
 
 
 def seed_004() -> RepeatGuardPlugin:
-    return RepeatGuardPlugin(Policy(match="tool", max_calls=2, max_refusals=3))
+    return RepeatGuardPlugin(Policy(count="per_turn", match="tool", max_calls=2, max_refusals=3))
 
 
 def parcel_agent(model: ScriptedLlm, carrier: Carrier) -> LlmAgent:

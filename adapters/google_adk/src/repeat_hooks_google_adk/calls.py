@@ -5,16 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.transfer_to_agent_tool import TransferToAgentTool
 
 from repeat_hooks import ToolCall
 
 
 def read_only_hint(tool: BaseTool) -> bool | None:
-    """What the tool says of itself: an MCP tool's ``annotations.readOnlyHint`` (``True``/``False``), else
-    ``None`` (unknown; the policy's ``read_only`` setting decides).
+    """What the tool says of itself: an MCP tool's ``annotations.readOnlyHint`` (``True``/``False``);
+    ``True`` for ADK's ``transfer_to_agent`` (it hands the turn to another agent and changes no data, so
+    it must not restart the counts of the calls around it); else ``None`` (unknown: the policy's
+    ``read_only`` setting decides).
 
     ADK's ``McpTool`` keeps the MCP tool definition it wraps in ``raw_mcp_tool``; other tools carry no hint.
     """
+    if isinstance(tool, TransferToAgentTool):
+        return True
     raw = getattr(tool, "raw_mcp_tool", None)
     annotations = getattr(raw, "annotations", None)
     hint = getattr(annotations, "readOnlyHint", None)

@@ -204,12 +204,8 @@ class RepeatGuardPlugin(BasePlugin):
         ends with it."""
         turn_id = turn_of(callback_context)
         state = self._load(callback_context)
-        current = state.turn_id
-        stop = self.policy.check_model_call(state, turn_id)
-        if stop is not None or state.turn_id != current:
-            self._states.write(callback_context, state, self.state_key)
-        else:
-            self._states.keep(callback_context.session, state, self.state_key)
+        stop = self.policy.check_model_call(state, turn_id)  # numbers the response, for max_refusals
+        self._states.write(callback_context, state, self.state_key)
         if stop is not None:
             return stop_response(stop)
         if self.clock is not None:

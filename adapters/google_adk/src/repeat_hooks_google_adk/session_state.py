@@ -43,9 +43,9 @@ class ParsedStates:
 
     A cache by identity: an entry is used only while the session holds the very dict object it was
     made from (ADK replaces a state value, never edits it in place, and every session loaded from
-    storage holds new objects), and at most once: ``read`` takes the entry out, ``write`` (or ``keep``,
-    when nothing changed) puts one back, so a dict that is no longer current can never be read as the
-    state that later changed. Bounded; the session state stays the only source of truth.
+    storage holds new objects), and at most once: ``read`` takes the entry out, ``write`` puts one
+    back, so a dict that is no longer current can never be read as the state that later changed.
+    Bounded; the session state stays the only source of truth.
     """
 
     def __init__(self, size: int = 1024) -> None:
@@ -65,12 +65,6 @@ class ParsedStates:
         raw = state.model_dump(mode="json")
         context.state[key] = raw
         self._remember(raw, state)
-
-    def keep(self, session: Session, state: GuardState, key: str) -> None:
-        """After a ``read`` that changed nothing: remember the session's current dict as ``state``."""
-        raw = session.state.get(key)
-        if raw is not None:
-            self._remember(raw, state)
 
     def _remember(self, raw: Any, state: GuardState) -> None:
         entries = self._entries
