@@ -4,7 +4,11 @@ One plugin instance serves every session and invocation of its runner, concurren
 counters: each callback reads the session's ``GuardState`` (see ``session_state``), applies one rule of
 the ``Policy`` and writes the state back through ADK's state delta. A turn is one invocation: the
 invocation id is the turn id, so sub-agents, ``transfer_to_agent`` and a resumed invocation all count
-in the same turn, and the next ``run_async`` starts a new one.
+in the same turn, and the next ``run_async`` starts a new one. An agent used as a tool (``AgentTool``)
+runs a nested Runner with an invocation of its own inside the call: it counts in the caller's turn.
+The only things kept in the process are per call in flight (whether the call was refused, so its
+outcome is not recorded; the enclosing turn, in a context variable of the call's task) and a cache of
+the state last written, by identity (``session_state.ParsedStates``).
 
 Which callback does what:
 
@@ -63,7 +67,7 @@ nested Runner inside the call, with an invocation id of its own, which belongs t
 
 
 class RepeatGuardPlugin(BasePlugin):
-    """The loop guard for an ADK ``Runner``: ``Runner(..., plugins=[RepeatGuardPlugin(Policy(...))])``.
+    """The loop guard for an ADK ``Runner``: ``App(..., plugins=[RepeatGuardPlugin(Policy(...))])``.
 
     ``policy`` is the settings (a ``Policy``; the state is kept in each session, so a
     ``StopRepeatedCalls``, which carries its own state, is refused). ``prices`` turns a response's
