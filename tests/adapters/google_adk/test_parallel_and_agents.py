@@ -152,3 +152,23 @@ async def test_an_agent_used_as_a_tool_counts_in_the_callers_turn(carrier: Carri
     state = read_state(session)
     assert state.turn == 1 and state.turn_id == turn.invocation_id
     assert state.model_calls == 2 + 4
+
+
+async def test_an_agent_used_as_a_tool_is_itself_counted(carrier: Carrier) -> None:
+    tracker_model = ScriptedLlm(then=lambda model, request: "FR-7731 is in transit.")
+    tracker = LlmAgent(name="parcel_tracker", model=tracker_model, tools=[carrier.tool])
+    ask = {"request": "Where is FR-7731?"}
+    desk_model = ScriptedLlm(
+        [function_call("parcel_tracker", ask, "d1")], [function_call("parcel_tracker", ask, "d2")], "In transit."
+    )
+    desk = LlmAgent(name="front_desk", model=desk_model, tools=[AgentTool(tracker)])
+    plugin = RepeatGuardPlugin(Policy(count="per_turn", limits={"parcel_tracker": 1}))
+    runner = runner_for(desk, plugin)
+
+    turn = await run_turn(runner, await new_session(runner), "Where is FR-7731?")
+
+    # The nested run works on a copy of the session state, which must already hold the call's count.
+    assert tracker_model.calls == 1
+    assert turn.tool_responses[0] == {"result": "FR-7731 is in transit."}
+    assert turn.tool_responses[1]["error"].startswith("Refused: you already called parcel_tracker")
+    assert turn.final_text == "In transit."

@@ -39,6 +39,7 @@ from google.adk.events.event import Event
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.plugins.base_plugin import BasePlugin
+from google.adk.tools.agent_tool import AgentTool
 from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 
@@ -169,12 +170,19 @@ class RepeatGuardPlugin(BasePlugin):
         turn_id = turn_of(tool_context)
         state = self._load(tool_context)
         refusal = self.policy.check_tool_call(state, tool_call(tool, tool_args, None), turn_id)
-        self._states.write(tool_context, state, self.state_key)
         self._calls[tool_context] = _Call(refused=refusal is not None)
-        if refusal is None:
-            _enclosing_turn.set(turn_id)  # this call's task only: ADK runs each call in a task of its own
-            return None
-        return {"error": refusal.message}
+        if refusal is not None:
+            self._states.write(tool_context, state, self.state_key)
+            return {"error": refusal.message}
+        if isinstance(tool, AgentTool):
+            # Its nested Runner starts from a copy of this session's state: the count must be in it.
+            self._states.write(tool_context, state, self.state_key)
+        else:
+            # The call runs: its outcome callback writes the state into this same event's delta.
+            # Siblings running in parallel read the staged state meanwhile.
+            self._states.stage(tool_context, state, self.state_key)
+        _enclosing_turn.set(turn_id)  # this call's task only: ADK runs each call in a task of its own
+        return None
 
     async def after_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext, result: dict[str, Any]
@@ -209,9 +217,11 @@ class RepeatGuardPlugin(BasePlugin):
         turn_id = turn_of(callback_context)
         state = self._load(callback_context)
         stop = self.policy.check_model_call(state, turn_id)  # numbers the response, for max_refusals
-        self._states.write(callback_context, state, self.state_key)
         if stop is not None:
+            self._states.write(callback_context, state, self.state_key)
             return stop_response(stop)
+        # after_model_callback (or on_model_error_callback) writes into this same event's delta.
+        self._states.stage(callback_context, state, self.state_key)
         if self.clock is not None:
             if len(self._started) >= _MAX_TIMERS:
                 del self._started[next(iter(self._started))]
@@ -241,8 +251,10 @@ class RepeatGuardPlugin(BasePlugin):
     async def on_model_error_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception
     ) -> LlmResponse | None:
-        """Fires when a model call raises: forgets its start time. Returns ``None`` (ADK raises the error)."""
+        """Fires when a model call raises: forgets its start time and writes the state. Returns ``None``
+        (ADK raises the error, unless another plugin or callback answers it)."""
         self._started.pop(id(callback_context.actions), None)
+        self._states.write(callback_context, self._load(callback_context), self.state_key)
         return None
 
     # -- events --------------------------------------------------------------------------------

@@ -46,6 +46,10 @@ class ParsedStates:
     storage holds new objects), and at most once: ``read`` takes the entry out, ``write`` puts one
     back, so a dict that is no longer current can never be read as the state that later changed.
     Bounded; the session state stays the only source of truth.
+
+    ``stage`` keeps a changed state for the next ``read`` of the same session without writing it yet,
+    for a change that the same event's next write is sure to carry (a callback whose partner callback
+    runs next on the same context and writes).
     """
 
     def __init__(self, size: int = 1024) -> None:
@@ -65,6 +69,15 @@ class ParsedStates:
         raw = state.model_dump(mode="json")
         context.state[key] = raw
         self._remember(raw, state)
+
+    def stage(self, context: Context, state: GuardState, key: str) -> None:
+        """Keep ``state`` (changed) as the session's current guard state, to be written by the next
+        ``write``; with nothing in the session yet, ``write`` it now."""
+        raw = context.session.state.get(key)
+        if raw is None:
+            self.write(context, state, key)
+        else:
+            self._remember(raw, state)
 
     def _remember(self, raw: Any, state: GuardState) -> None:
         entries = self._entries
