@@ -3,6 +3,7 @@
 import logging
 
 from .call import ToolCall, call_key, canonical_arguments
+from .cost import TokenPrices
 from .decision import GuardEvent, Refusal, Stop
 from .guard import StopRepeatedCalls
 from .policy import Policy
@@ -22,6 +23,7 @@ __all__ = [
     "StopRepeatedCalls",
     "StoreContention",
     "StoreUnavailable",
+    "TokenPrices",
     "ToolCall",
     "call_key",
     "canonical_arguments",

@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 from langchain_core.messages.ai import UsageMetadata
 
+from repeat_hooks.cost import TokenPrices
+
 CostOf = Callable[[UsageMetadata], float]
 """The US dollars one model response cost, from its ``AIMessage.usage_metadata``."""
 
@@ -18,23 +20,15 @@ def token_prices(
     """A ``CostOf`` from per-million-token prices; returns the dollars for one response's usage.
 
     Cached input tokens (``usage["input_token_details"]["cache_read"]``) are charged at
-    ``cached_input_usd_per_million`` when given, else as ordinary input tokens. Negative prices raise
-    ``ValueError``.
+    ``cached_input_usd_per_million`` when given, else as ordinary input tokens. Invalid prices raise
+    ``ValueError`` (``TokenPrices``).
     """
-    prices = (input_usd_per_million, output_usd_per_million, cached_input_usd_per_million or 0.0)
-    if any(not price >= 0 for price in prices):
-        raise ValueError(f"token prices must be >= 0 US dollars per million tokens, got {prices}")
+    prices = TokenPrices(input_usd_per_million, output_usd_per_million, cached_input_usd_per_million)
 
     def cost_of(usage: UsageMetadata) -> float:
-        input_tokens = max(0, int(usage.get("input_tokens") or 0))
-        output_tokens = max(0, int(usage.get("output_tokens") or 0))
-        cached = 0
-        if cached_input_usd_per_million is not None:
-            details = usage.get("input_token_details") or {}
-            cached = min(input_tokens, max(0, int(details.get("cache_read") or 0)))
-        dollars = (input_tokens - cached) * input_usd_per_million + output_tokens * output_usd_per_million
-        if cached_input_usd_per_million is not None:
-            dollars += cached * cached_input_usd_per_million
-        return dollars / 1_000_000
+        details = usage.get("input_token_details") or {}
+        return prices.dollars(
+            usage.get("input_tokens") or 0, usage.get("output_tokens") or 0, details.get("cache_read") or 0
+        )
 
     return cost_of

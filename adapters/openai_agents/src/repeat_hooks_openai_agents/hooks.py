@@ -18,6 +18,7 @@ from agents import Agent, AgentHookContext, AgentHooks, ModelResponse, RunContex
 from agents.items import TResponseInputItem
 
 from repeat_hooks import StopRepeatedCalls
+from repeat_hooks.cost import TokenPrices
 
 from .behavior import EndTurn
 from .context import require_guard
@@ -36,18 +37,15 @@ def token_prices(
     """A ``CostOf`` from per-million-token prices; returns the dollars for one response's ``Usage``.
 
     Cached input tokens (``usage.input_tokens_details.cached_tokens``) are charged at
-    ``cached_input_usd_per_million`` when given, else as ordinary input tokens.
+    ``cached_input_usd_per_million`` when given, else as ordinary input tokens. Invalid prices raise
+    ``ValueError`` (``TokenPrices``).
     """
 
+    prices = TokenPrices(input_usd_per_million, output_usd_per_million, cached_input_usd_per_million)
+
     def cost_of(usage: Usage) -> float:
-        cached = 0
-        if cached_input_usd_per_million is not None and usage.input_tokens_details is not None:
-            cached = usage.input_tokens_details.cached_tokens or 0
-        fresh = max(0, usage.input_tokens - cached)
-        dollars = fresh * input_usd_per_million + usage.output_tokens * output_usd_per_million
-        if cached_input_usd_per_million is not None:
-            dollars += cached * cached_input_usd_per_million
-        return dollars / 1_000_000
+        details = usage.input_tokens_details
+        return prices.dollars(usage.input_tokens, usage.output_tokens, details.cached_tokens if details else 0)
 
     return cost_of
 
