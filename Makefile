@@ -50,10 +50,10 @@ test-pythons:
 
 # 'mcp<2': tests/adapters/openai_agents/test_mcp.py's server uses mcp 1's FastMCP; in .venv other adapters pin
 # mcp<2, but alone openai-agents takes mcp 2 (drop it once the adapter's test extra pins mcp itself).
-.venv-%/.installed: pyproject.toml adapters/openai_agents/pyproject.toml
-	test -x .venv-$*/bin/python || $(or $(PYTHON_FOR),python$*) -m venv .venv-$*
-	.venv-$*/bin/python -m pip install -q --upgrade pip
-	.venv-$*/bin/python -m pip install -q -e '.[redis,test-core]' -e 'adapters/openai_agents[test]' 'mcp<2'
+# uv (from .venv, the test extra) builds these in seconds where pip takes most of a minute.
+.venv-%/.installed: $(STAMP) adapters/openai_agents/pyproject.toml
+	test -x .venv-$*/bin/python || $(BIN)/uv venv -q --python $(or $(PYTHON_FOR),python$*) .venv-$*
+	$(BIN)/uv pip install -q --python .venv-$*/bin/python -e '.[redis,test-core]' -e 'adapters/openai_agents[test]' 'mcp<2'
 	touch $@
 
 # Mutation testing of the core (not in CI; minutes): mutmut mutates src/repeat_hooks (all but redis.py, whose
