@@ -66,6 +66,8 @@ mutate: $(STAMP)
 	$(BIN)/mutmut run --max-children $(MUTATE_JOBS)
 	$(BIN)/mutmut results
 	@$(BIN)/mutmut export-cicd-stats >/dev/null
+	@$(BIN)/mutmut results --all true | awk '{split($$1, m, "."); t[m[2]]++} $$NF ~ /^(killed|timeout|segfault)$$/ \
+	{k[m[2]]++} END {for (f in t) printf "  %-12s %4d mutants, %5.1f%% killed\n", f ".py", t[f], 100 * k[f] / t[f]}' | sort
 	@$(BIN)/python -c 'import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); \
 	caught = s["killed"] + s["timeout"] + s["segfault"]; tested = s["total"] - s["skipped"]; \
 	print("mutants: {total}, killed: {killed}, timed out: {timeout}, survived: {survived}, no tests: {no_tests}".format(**s)); \
