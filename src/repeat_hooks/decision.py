@@ -65,7 +65,7 @@ class Delivery(NamedTuple):
     settled: bool
     """Its outcome was recorded (``post_tool_call``)."""
     why: str = ""
-    """For a refused call, which rule refused it: ``repeat``, ``failure``, ``cycle`` or ``forbidden``."""
+    """Which rule decided it: ``repeat``, ``failure``, ``cycle`` or ``forbidden`` (read for refused calls)."""
 
 
 class Mark(NamedTuple):

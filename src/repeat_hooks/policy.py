@@ -34,8 +34,8 @@ from .stop_reason import StopReason
 logger = logging.getLogger("repeat_hooks")
 
 TURN_ENDED = "Refused: this turn has ended ({reason}). Do not call any more tools: answer with what you know."
-_MODEL_DELIVERY = "model"
-_OUTCOME_DELIVERY = "outcome"
+_SEEN = Delivery("", "", 0, False, True)
+"""What a ``delivery_id`` of an outcome or a model call is remembered as: only that it was seen matters."""
 
 _REPEAT, _FAILURE, _CYCLE, _FORBIDDEN = "repeat", "failure", "cycle", "forbidden"
 _REFUSALS = {
@@ -191,12 +191,12 @@ class Policy(WholeModel):
         if refused:
             if limit == 0:
                 why = _FORBIDDEN
-        elif len(state.runs) >= 4 and self.count == "progress" and self.max_cycle_period is not None:
+        elif len(state.runs) >= 4:  # runs are kept with count="progress" and max_cycle_period set
             period = self._cycle(state.runs, key)
             if period is not None:
                 refused, why, count = True, _CYCLE, period
         if call_id is not None:
-            state.remember(call_id, Delivery(name, key, count, refused, False, why if refused else ""))
+            state.remember(call_id, Delivery(name, key, count, refused, False, why))
         if not refused:
             return None
         state.refusals += 1
@@ -233,7 +233,7 @@ class Policy(WholeModel):
         if delivery_id is not None:
             if delivery_id in state.deliveries:
                 return
-            state.remember(delivery_id, Delivery(call.name, _OUTCOME_DELIVERY, 0, False, True))
+            state.remember(delivery_id, _SEEN)
         key: str | None = None
         if call.call_id is not None:
             seen = state.deliveries.get(call.call_id)
@@ -303,7 +303,7 @@ class Policy(WholeModel):
         if delivery_id is not None:
             if delivery_id in state.deliveries:
                 return
-            state.remember(delivery_id, Delivery("", _MODEL_DELIVERY, 0, False, True))
+            state.remember(delivery_id, _SEEN)
         state.model_calls += 1
         state.model_seconds = min(state.model_seconds + _amount(seconds, "seconds"), _LARGEST)
         state.cost_usd = min(state.cost_usd + _amount(cost_usd, "cost_usd"), _LARGEST)

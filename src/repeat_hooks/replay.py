@@ -101,16 +101,15 @@ def replay_one(policy: Policy, trajectory: Trajectory, tally: Tally) -> None:
     tally.successful += success
     alarmed = False
     for number, turn in enumerate(trajectory.turns):
-        turn_id = f"{trajectory.id}#{number}"
-        policy.start_turn(state, turn_id)
+        policy.start_turn(state)
         tally.turns += 1
         seen: dict[str, str] = {}  # full key -> the outcome the model last saw
         refused_at: set[int] = set()
         order: list[tuple[str, str]] = []  # (full key, outcome) of every recorded call, for loops
         stopped = False
         for response in turn:
-            stopped = policy.check_model_call(state, turn_id) is not None or stopped
-            policy.record_model_call(state, turn_id=turn_id)
+            stopped = policy.check_model_call(state) is not None or stopped
+            policy.record_model_call(state)
             ran: list[tuple[ToolCall, RecordedCall, str, str]] = []
             for call in response:
                 tally.calls += 1
@@ -118,7 +117,7 @@ def replay_one(policy: Policy, trajectory: Trajectory, tally: Tally) -> None:
                 outcome = outcome_digest(call.ok, call.result)
                 order.append((full, outcome))
                 tool_call = ToolCall(call.name, call.arguments, read_only=call.read_only)
-                if policy.check_tool_call(state, tool_call, turn_id) is None:
+                if policy.check_tool_call(state, tool_call) is None:
                     ran.append((tool_call, call, full, outcome))
                     continue
                 tally.refused += 1
@@ -131,11 +130,11 @@ def replay_one(policy: Policy, trajectory: Trajectory, tally: Tally) -> None:
                 if len(tally.examples) < MAX_EXAMPLES:
                     tally.examples.append(f"{trajectory.id} turn {number}: {call.name}")
             for tool_call, call, full, outcome in ran:
-                policy.record_tool_result(state, tool_call, call.ok, turn_id, result=call.result)
+                policy.record_tool_result(state, tool_call, call.ok, result=call.result)
                 seen[full] = outcome
-        if response_count(turn):
+        if any(turn):
             # the model's next call, for its answer: a stop there replaces the answer
-            stopped = policy.check_model_call(state, turn_id) is not None or stopped
+            stopped = policy.check_model_call(state) is not None or stopped
         tally.turns_stopped += stopped
         alarmed = alarmed or stopped or bool(refused_at)
         loop = _first_loop(order)
@@ -143,11 +142,6 @@ def replay_one(policy: Policy, trajectory: Trajectory, tally: Tally) -> None:
             tally.loops += 1
             tally.loops_caught += any(index in refused_at for index in loop)
     tally.successful_with_refusal += success and alarmed
-
-
-def response_count(turn: Turn) -> int:
-    """How many model responses with tool calls ``turn`` holds."""
-    return sum(1 for response in turn if response)
 
 
 def _first_loop(order: list[tuple[str, str]]) -> list[int] | None:

@@ -210,3 +210,157 @@ def test_hostile_objects_and_odd_ids_never_break_the_guard() -> None:
     restored = StopRepeatedCalls.model_validate_json(guard.model_dump_json())
     assert restored.pre_tool_call(ToolCall("42", {"x": Hostile()}, call_id="7")) is None  # the same delivery
     assert restored.pre_tool_call(ToolCall("42", {"x": Hostile()}, call_id="8")) is not None
+
+
+# -- pinned by mutation testing: each of these moved a rule by one ---------------------------------
+
+
+def test_the_guards_hooks_pass_the_turn_id_on() -> None:
+    guard = StopRepeatedCalls(max_model_calls=1)
+    guard.pre_agent_turn("t1")
+    guard.post_llm_call()
+    assert guard.pre_llm_call("t1") is not None
+    assert guard.pre_llm_call("t2") is None  # a new turn id starts that turn
+    guard.post_tool_call(other(1), ok=False, turn_id="t3")
+    assert guard.state.turn_id == "t3" and guard.state.errors_in_a_row == 1
+    guard.post_llm_call(turn_id="t4")
+    assert guard.state.turn_id == "t4" and guard.state.model_calls == 1
+
+
+def test_post_llm_call_counts_nothing_but_the_call_by_default() -> None:
+    guard = StopRepeatedCalls()
+    guard.post_llm_call()
+    assert (guard.state.model_calls, guard.state.model_seconds, guard.state.cost_usd) == (1, 0.0, 0.0)
+
+
+def test_stop_of_reads_the_current_stop_only_for_its_own_turn() -> None:
+    guard = StopRepeatedCalls(max_model_calls=1)
+    guard.pre_agent_turn("t1")
+    guard.post_llm_call()
+    stop = guard.pre_llm_call()
+    assert stop is not None and guard.stop_of("t1") == stop
+    assert guard.stop_of("t0") is None
+    guard.pre_agent_turn("t2")
+    assert guard.stop_of("t2") is None and guard.stop_of("t1") == stop  # from the kept event
+
+
+def test_events_keep_the_newest_64() -> None:
+    from repeat_hooks.state import MAX_EVENTS
+
+    guard = StopRepeatedCalls(count="per_turn", max_calls=0, max_refusals=None)
+    for n in range(MAX_EVENTS + 6):
+        guard.pre_tool_call(ToolCall("t", {"n": n}))
+    assert len(guard.events) == MAX_EVENTS
+    assert guard.events[0].count == 1 and guard.state.refusals == MAX_EVENTS + 6
+
+
+def test_an_event_that_is_a_refusal_is_no_stop() -> None:
+    guard = StopRepeatedCalls(max_calls=0)
+    guard.pre_tool_call(SEARCH)
+    assert guard.events[-1].kind == "refusal" and guard.events[-1].as_stop() is None
+
+
+def test_the_turn_ended_refusal_names_the_reason() -> None:
+    guard = StopRepeatedCalls(max_model_calls=1)
+    guard.post_llm_call()
+    guard.pre_llm_call()
+    refusal = guard.pre_tool_call(SEARCH)
+    assert refusal is not None and "(max_steps)" in refusal.message and refusal.reason is StopReason.MAX_STEPS
+
+
+def test_an_outcome_delivered_twice_by_its_own_id_counts_once() -> None:
+    guard = StopRepeatedCalls(max_errors_in_a_row=5)
+    for _ in range(3):
+        guard.post_tool_call(other(1), ok=False, delivery_id="outcome-1")
+    assert guard.state.errors_in_a_row == 1
+    assert guard.pre_tool_call(ToolCall("fetch", {"page": 1}, call_id="outcome-1")) is None  # not a call's id
+
+
+def test_a_model_call_delivered_twice_counts_once_and_responses_are_numbered() -> None:
+    guard = StopRepeatedCalls()
+    for _ in range(3):
+        guard.post_llm_call(seconds=1, delivery_id="m1")
+    assert guard.state.model_calls == 1 and guard.state.model_seconds == 1
+    assert guard.pre_llm_call() is None and guard.pre_llm_call() is None
+    assert guard.state.responses == 2
+
+
+def test_an_exempt_tool_that_ran_restarts_the_other_counts_unless_read_only() -> None:
+    wait = ToolCall("wait", {"s": 1})
+    for read_only, expected in ((set(), True), ({"wait"}, False)):
+        guard = StopRepeatedCalls(exempt={"wait"}, read_only=read_only)
+        for _ in range(2):
+            guard.pre_tool_call(SEARCH)
+            guard.post_tool_call(SEARCH, result="r")
+        guard.post_tool_call(wait, result=None)
+        assert (guard.pre_tool_call(SEARCH) is None) is expected
+    guard = StopRepeatedCalls(exempt={"wait"})
+    guard.post_tool_call(wait, ok=False)
+    assert guard.state.changes == 0  # a failed wait changed nothing
+    guard.post_tool_call(wait)
+    guard.post_tool_call(wait)
+    assert guard.state.changes == 2
+
+
+def test_per_turn_counting_records_failures_only_to_take_them_back() -> None:
+    guard = StopRepeatedCalls(count="per_turn", max_calls=1, count_failures=False, window=4)
+    assert guard.pre_tool_call(SEARCH) is None
+    guard.post_tool_call(SEARCH, ok=False)
+    assert guard.state.counts == {} and guard.state.recent == []
+    assert guard.pre_tool_call(SEARCH) is None
+    guard.post_tool_call(SEARCH, ok=True)
+    assert list(guard.state.counts.values()) == [1] and guard.pre_tool_call(SEARCH) is not None
+
+
+def test_taking_a_failure_back_lowers_its_count_by_one() -> None:
+    guard = StopRepeatedCalls(count="per_turn", max_calls=3, count_failures=False, window=5)
+    for _ in range(3):
+        guard.pre_tool_call(SEARCH)
+    guard.post_tool_call(SEARCH, ok=False)
+    assert list(guard.state.counts.values()) == [2] and guard.state.recent.count(guard.state.recent[0]) == 2
+
+
+def test_a_window_drops_the_oldest_call_of_the_same_key() -> None:
+    guard = StopRepeatedCalls(count="per_turn", window=3, max_calls=2)
+    decisions = [guard.pre_tool_call(c) is None for c in (SEARCH, other(1), SEARCH, SEARCH, SEARCH)]
+    # the 4th call: the window (calls 2-4) holds 2 searches; the 5th: calls 3-5 hold 3
+    assert decisions == [True, True, True, True, False]
+    assert guard.state.counts[call_key("search", {"q": "hammock"})] == 3
+
+
+def test_a_new_result_inside_a_window_keeps_one_entry_for_its_call() -> None:
+    guard = StopRepeatedCalls(window=4, max_calls=2)
+    for result in ("a", "b", "c"):
+        guard.pre_tool_call(SEARCH)
+        guard.post_tool_call(SEARCH, result=result)
+    assert guard.state.recent == [call_key("search", {"q": "hammock"})]
+
+
+def test_runs_keep_two_passes_of_the_longest_cycle_newest_last() -> None:
+    guard = StopRepeatedCalls(max_cycle_period=2)
+    for n in range(9):
+        guard.pre_tool_call(other(n))
+        guard.post_tool_call(other(n), result=n)
+    assert len(guard.state.runs) == 4
+    assert guard.state.runs[-1].startswith(call_key("fetch", {"page": 8}))
+    assert guard.state.runs[0].startswith(call_key("fetch", {"page": 5}))
+
+
+def test_memory_store_bounds_and_copies() -> None:
+    import asyncio
+
+    from repeat_hooks import MemoryStore
+
+    with pytest.raises(ValueError, match="max_sessions"):
+        MemoryStore(0)
+    store = MemoryStore(1)
+    assert store.evictions == 0
+    store.update_now("a", lambda state: state.reset_turn("x"))
+    store.update_now("b", lambda state: state.reset_turn("y"))
+    store.update_now("c", lambda state: None)
+    assert len(store) == 1 and store.evictions == 2
+    loaded = asyncio.run(store.load("c"))
+    assert loaded is not None
+    loaded.counts["k"] = 1
+    again = asyncio.run(store.load("c"))
+    assert again is not None and again.counts == {}

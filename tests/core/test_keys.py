@@ -124,3 +124,64 @@ def test_a_cycle_through_objects_is_caught() -> None:
     node = Node("a")
     node.next = Node("b", node)
     assert canonical_arguments({"n": node}) == '{"n":{"name":"a","next":{"name":"b","next":"<cycle>"}}}'
+
+
+# -- values JSON cannot hold, pinned one by one ------------------------------------------------------
+
+
+def test_a_pydantic_model_is_keyed_by_its_json_dump() -> None:
+    from pydantic import BaseModel
+
+    class Parcel(BaseModel):
+        number: str
+        weight: float
+
+    assert canonical_arguments({"p": Parcel(number="FR-1", weight=1.5)}) == '{"p":{"number":"FR-1","weight":1.5}}'
+
+
+def test_a_dataclass_is_keyed_by_its_fields_and_a_class_by_its_name() -> None:
+    @dataclass
+    class Point:
+        x: int
+        y: int
+
+    assert canonical_arguments({"p": Point(1, 2)}) == '{"p":{"x":1,"y":2}}'
+    assert canonical_arguments({"p": Point}).startswith('{"p":"<')
+
+
+def test_sets_are_keyed_in_sorted_order() -> None:
+    assert canonical_arguments({"s": {3, 1, 2}}) == canonical_arguments({"s": {2, 3, 1}}) == '{"s":["1","2","3"]}'
+    assert canonical_arguments({"s": frozenset({"b", "a"})}) == '{"s":["\\"a\\"","\\"b\\""]}'
+
+
+def test_invalid_utf8_bytes_are_replaced_not_refused() -> None:
+    assert canonical_arguments(b'{"q": "\xff"}') == '{"q":"\ufffd"}'
+    assert canonical_arguments({"b": b"\xffok"}) == '{"b":"\ufffdok"}'
+
+
+@pytest.mark.parametrize(("text", "canonical"), [("null", "null"), ("true", "true"), ("false", "false")])
+def test_json_literals_in_text_are_parsed(text: str, canonical: str) -> None:
+    assert canonical_arguments(text) == canonical
+    assert canonical_arguments(text + "x") == f'"{text}x"'
+
+
+def test_object_keys_of_other_types_are_written_as_json_writes_them() -> None:
+    value = {2: "a", None: "b", 1.5: "c", False: "d", "s": "e"}
+    assert canonical_arguments(value, {"absent"}) == '{"1.5":"c","2":"a","false":"d","null":"b","s":"e"}'
+    assert canonical_arguments({(1, 2): "t"}) == '{"[1,2]":"t"}'
+
+
+def test_lone_surrogates_never_raise() -> None:
+    assert len(call_key("a", "\ud800")) == 32
+    from repeat_hooks.call import outcome_digest
+
+    assert len(outcome_digest(True, "\udfff")) == 16
+
+
+def test_an_outcome_digest_tells_success_from_failure_and_markup_from_objects() -> None:
+    from repeat_hooks.call import UNKNOWN_OUTCOME, outcome_digest
+
+    assert outcome_digest(True, "x") != outcome_digest(False, "x")
+    assert outcome_digest(True, '"<b>bold</b>"') != UNKNOWN_OUTCOME  # markup, not an object stand-in
+    assert outcome_digest(True, '"<b>bold</b>"') == outcome_digest(True, '"<b>bold</b>"')
+    assert outcome_digest(True, {"v": object()}) == UNKNOWN_OUTCOME

@@ -244,3 +244,30 @@ def test_model_calls_are_counted_and_unreplayable_budgets_are_named(
     assert budget["turns_stopped"] == 0
     main(["replay", str(path), "--policy", '{"max_cost_usd": 1}'])
     assert "never trip in a replay" in capsys.readouterr().err
+
+
+def test_every_tally_adds_up_over_turns() -> None:
+    loop_turn = [[RecordedCall("track", {"n": 1}, "x")]] * 4  # 4 responses of one call: the 3rd and 4th refused
+    new_turn = [[RecordedCall("track", {"n": 1}, "x")]] * 2
+    stopping = Trajectory("stops", [loop_turn, new_turn, loop_turn], success=True)
+    tally = replay(Policy(max_refusals=2), [stopping])
+    assert tally.calls == 10 and tally.turns == 3
+    assert tally.refused == 4 and tally.waste_prevented == 4 and tally.harmful == 0
+    assert tally.turns_stopped == 2  # the 1st and 3rd turns: two refused responses, then the answer is replaced
+    assert tally.successful_with_refusal == 1 and tally.loops == tally.loops_caught == 2
+
+
+def test_harmful_refusals_are_listed_and_a_late_refusal_does_not_catch_a_loop() -> None:
+    calls = [RecordedCall("poll", {}, "same")] * 3 + [RecordedCall("poll", {}, "new")]
+    tally = replay(Policy(max_calls=3), [Trajectory("late", [[[c] for c in calls]], success=True)])
+    assert tally.refused == 1 and tally.harmful == tally.harmful_in_successful == 1
+    assert tally.examples == ["late turn 0: poll"]
+    assert tally.loops == 1 and tally.loops_caught == 0  # refused at the 4th run, not by the 3rd
+    quiet = replay(Policy(), [Trajectory("ok", [[[RecordedCall("a", {}, "r")]]], success=True)])
+    assert quiet.successful_with_refusal == 0 and quiet.loops == 0 and quiet.examples == []
+
+
+def test_the_examples_flag_prints_where_harm_happened(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_jsonl(tmp_path / "runs.jsonl", [RECHECK])
+    assert main(["replay", str(path), "--policy", '{"count": "per_turn"}', "--examples"]) == 0
+    assert 'harmful ({"count": "per_turn"}): recheck turn 0: speed_test' in capsys.readouterr().out
