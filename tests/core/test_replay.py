@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 import json
 import subprocess
 import sys
@@ -271,3 +272,125 @@ def test_the_examples_flag_prints_where_harm_happened(tmp_path: Path, capsys: py
     path = write_jsonl(tmp_path / "runs.jsonl", [RECHECK])
     assert main(["replay", str(path), "--policy", '{"count": "per_turn"}', "--examples"]) == 0
     assert 'harmful ({"count": "per_turn"}): recheck turn 0: speed_test' in capsys.readouterr().out
+
+
+def test_chat_results_errors_and_positions() -> None:
+    messages = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "a", "function": {"name": "get", "arguments": '{"n": 1}'}},
+                {"id": "b", "function": {"name": "get", "arguments": '{"n": 2}'}},
+                {"id": "c", "function": {"name": "put", "arguments": "{}"}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c", "content": "denied", "is_error": True},
+        {"role": "tool", "tool_call_id": "b", "content": "two", "status": "error"},
+        {"role": "tool", "tool_call_id": "a", "content": "one"},
+    ]
+    trajectory = parse_record({"id": "x", "messages": messages, "success": False}, "fallback")
+    (response,) = trajectory.turns[0]
+    assert [(c.name, c.arguments, c.result, c.ok) for c in response] == [
+        ("get", '{"n": 1}', "one", True),
+        ("get", '{"n": 2}', "two", False),
+        ("put", "{}", "denied", False),
+    ]
+    assert trajectory.id == "x" and trajectory.success is False
+
+
+def test_generic_records_keep_every_field() -> None:
+    record = {"turns": [[{"name": "t", "arguments": {"a": 1}, "result": "r", "ok": False, "read_only": True}]]}
+    trajectory = parse_record(record, "file:7")
+    (call,) = trajectory.turns[0][0]
+    assert (call.name, call.arguments, call.result, call.ok, call.read_only) == ("t", {"a": 1}, "r", False, True)
+    assert trajectory.id == "file:7" and trajectory.success is None
+    bare = parse_record({"turns": [[{"name": "t"}]]}, "f")
+    assert bare.turns[0][0][0].ok is True and bare.turns[0][0][0].read_only is None
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({"turns": [[{"arguments": {}}]]}, "every call needs a 'name'"),
+        ({"turns": [[]], "success": "yes"}, "'success' must be true, false or null"),
+        ({"other": 1}, "expected 'turns' (generic format) or 'messages' (chat format)"),
+        (7, "expected an object or a list of messages, got int"),
+        ({"messages": [{"content": "no role"}]}, "each with a 'role'"),
+        ({"messages": [{"role": "assistant", "tool_calls": [{"id": 1}]}]}, "every tool call needs 'function'"),
+        ({"turns": [[{"name": "t"}]], "id": object()}, None),
+    ],
+)
+def test_malformed_records_say_what_is_wrong(record: Any, message: str | None) -> None:
+    from repeat_hooks.cli import MalformedRecord
+
+    if message is None:
+        assert parse_record(record, "f").turns
+        return
+    with pytest.raises(MalformedRecord, match=re.escape(message)):
+        parse_record(record, "f")
+
+
+def test_a_json_list_of_records_or_of_conversations(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    records = tmp_path / "records.json"
+    records.write_text(json.dumps([LOOP, RECHECK], indent=1))
+    conversations = tmp_path / "conversations.json"
+    loop = chat([[("c0", "track", "x")], [("c1", "track", "x")], [("c2", "track", "x")]])
+    conversations.write_text(json.dumps([loop, loop], indent=1))
+    (from_records,) = figures(capsys, str(records))
+    (from_conversations,) = figures(capsys, str(conversations))
+    assert from_records["trajectories"] == 2 and from_conversations["trajectories"] == 2
+    assert from_conversations["waste_prevented"] == 2
+
+
+def test_unreadable_input_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(tmp_path / "missing.jsonl")]) == 2
+    assert "missing.jsonl" in capsys.readouterr().err
+    broken = tmp_path / "broken.json"
+    broken.write_text('{\n  "turns": [\n')
+    assert main(["replay", str(broken), "--json"]) == 1
+    captured = capsys.readouterr()
+    assert "not JSON Lines, nor one JSON document" in captured.err
+    assert json.loads(captured.out)[0]["trajectories"] == 0
+
+
+def test_a_progress_bar_on_large_files_at_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import repeat_hooks.cli as cli
+
+    path = write_jsonl(tmp_path / "runs.jsonl", [LOOP] * 120)
+    monkeypatch.setattr(cli, "PROGRESS_BYTES", 10)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["replay", str(path), "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "runs.jsonl:  " in err and err.rstrip().endswith("runs.jsonl: 100%")
+
+
+def test_the_help_says_what_each_option_does(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "replay recorded trajectories through one or more policies" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for words in (
+        "JSONL or JSON files, optionally gzipped",
+        "Policy settings as JSON",
+        "repeat to compare (default: the default policy)",
+        "print the figures as JSON",
+        "list where harmful refusals happened",
+    ):
+        assert words in text
+    with pytest.raises(SystemExit):
+        main([])
+
+
+def test_long_policy_labels_are_shortened_in_the_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_jsonl(tmp_path / "runs.jsonl", [LOOP])
+    label = '{"read_only": ["get_order", "get_user", "list_orders"]}'
+    assert main(["replay", str(path), "--policy", label]) == 0
+    head = capsys.readouterr().out.splitlines()[0].strip()
+    assert head == label[:37] + "..."
+    assert main(["replay", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].strip() == "default"

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from repeat_hooks import MemoryStore, Policy, StopRepeatedCalls
+from repeat_hooks import MemoryStore, Policy, StopReason, StopRepeatedCalls
 
 
 @pytest.mark.parametrize(
@@ -62,3 +62,18 @@ def test_defaults_are_the_argument_aware_guard() -> None:
         3,
         True,
     )
+
+
+def test_a_template_with_an_unknown_placeholder_names_it_and_the_allowed_ones() -> None:
+    with pytest.raises(ValidationError) as raised:
+        Policy(refusal_message="{tool} {who} {why}")
+    assert "uses {who}, {why}; a template may use only {tool}, {count} and {limit}" in str(raised.value)
+    with pytest.raises(ValidationError, match="is not a valid template"):
+        Policy(stop_messages={StopReason.COST: "{tool"})
+
+
+def test_a_stop_without_a_tool_reads_a_tool_in_custom_texts() -> None:
+    guard = StopRepeatedCalls(max_model_calls=1, stop_messages={StopReason.MAX_STEPS: "{tool} hit {limit} at {count}"})
+    guard.post_llm_call()
+    stop = guard.pre_llm_call()
+    assert stop is not None and stop.message == "a tool hit 1 at 1"
