@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import gzip
-import re
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -357,7 +357,7 @@ def test_unreadable_input_is_named(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_a_progress_bar_on_large_files_at_a_terminal(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import repeat_hooks.cli as cli
+    from repeat_hooks import cli
 
     path = write_jsonl(tmp_path / "runs.jsonl", [LOOP] * 120)
     monkeypatch.setattr(cli, "PROGRESS_BYTES", 10)
