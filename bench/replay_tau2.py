@@ -13,7 +13,7 @@ from pathlib import Path
 
 from repeat_hooks.cli import main
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "tau2.jsonl.gz"
+CORPUS = Path(__file__).resolve().parent / "corpora" / "tau2.jsonl.gz"
 POLICIES = ("{}", '{"count": "per_turn"}', '{"max_cycle_period": null}', '{"max_calls": 3}')
 
 

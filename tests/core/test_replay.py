@@ -16,7 +16,7 @@ from repeat_hooks import Policy
 from repeat_hooks.cli import main, parse_record
 from repeat_hooks.replay import RecordedCall, Trajectory, replay
 
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpora" / "tau2.jsonl.gz"
+CORPUS = Path(__file__).resolve().parents[2] / "bench" / "corpora" / "tau2.jsonl.gz"
 
 
 def call(name: str, result: str = "same", ok: bool = True, **arguments: Any) -> dict[str, Any]:
@@ -162,7 +162,6 @@ def test_the_console_script_and_python_dash_m_agree(tmp_path: Path) -> None:
     assert via_script.stdout == via_module.stdout and "waste prevented" in via_script.stdout
 
 
-@pytest.mark.skipif(not CORPUS.exists(), reason="the shared corpus is beside the repository only")
 def test_the_default_on_the_tau2_corpus(capsys: pytest.CaptureFixture[str]) -> None:
     (result,) = figures(capsys, str(CORPUS))
     assert result["trajectories"] == 858 and result["successful"] == 543
