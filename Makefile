@@ -48,12 +48,10 @@ test-pythons:
 	  .venv-$$v/bin/python -m pytest -q -p no:cacheprovider $(PYTHONS_TESTS) || exit 1; \
 	done
 
-# 'mcp<2': tests/adapters/openai_agents/test_mcp.py's server uses mcp 1's FastMCP; in .venv other adapters pin
-# mcp<2, but alone openai-agents takes mcp 2 (drop it once the adapter's test extra pins mcp itself).
 # uv (from .venv, the test extra) builds these in seconds where pip takes most of a minute.
 .venv-%/.installed: $(STAMP) adapters/openai_agents/pyproject.toml
 	test -x .venv-$*/bin/python || $(BIN)/uv venv -q --python $(or $(PYTHON_FOR),python$*) .venv-$*
-	$(BIN)/uv pip install -q --python .venv-$*/bin/python -e '.[redis,test-core]' -e 'adapters/openai_agents[test]' 'mcp<2'
+	$(BIN)/uv pip install -q --python .venv-$*/bin/python -e '.[redis,test-core]' -e 'adapters/openai_agents[test]'
 	touch $@
 
 # Mutation testing of the core (not in CI; minutes): mutmut mutates src/repeat_hooks (all but redis.py, whose
