@@ -127,7 +127,8 @@ async def test_a_worker_killed_mid_turn_leaves_the_counts_exact(deployment: Depl
     app, guard = deployment.app, deployment.guard
     client = await sessions.connect(deployment.temporal.address)
     pids = [worker.pid for worker in deployment.workers]
-    await sessions.wait_for_workers(client, TASK_QUEUE, pids, timeout=150)  # two workers importing rc11 on a loaded machine
+    # two workers importing rc11 take long on a loaded machine
+    await sessions.wait_for_workers(client, TASK_QUEUE, pids, timeout=150)
     ready = time.monotonic()
 
     session = await sessions.start_session(client, AGENT_NAME, TASK_QUEUE, app.FIRST_TURN)
