@@ -43,6 +43,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -356,6 +357,51 @@ def redis_restartable(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+# -- A Redis that hangs ---------------------------------------------------------------------------
+
+
+@dataclass
+class HungRedis:
+    """A TCP port that accepts connections and never answers: a hung Redis (or a black-holing proxy)."""
+
+    port: int
+    connections: list[socket.socket]
+    """Every connection accepted so far: a client that retried a timed-out request would open another."""
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+
+@pytest.fixture
+def hung_redis() -> Iterator[HungRedis]:
+    """A ``HungRedis``, closed when the test ends."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    accepted: list[socket.socket] = []
+    closing = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.05)
+        while not closing.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield HungRedis(listener.getsockname()[1], accepted)
+    finally:
+        closing.set()
+        thread.join(5)
+        for connection in accepted:
+            connection.close()
+        listener.close()
 
 
 # -- PostgreSQL ----------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)  # ``import services`` from here and from the test modules
 
 from services import (  # noqa: E402
+    hung_redis,
     postgres_restartable,
     postgres_server,
     redis_restartable,
@@ -17,4 +18,11 @@ from services import (  # noqa: E402
     temporal_server,
 )
 
-__all__ = ["postgres_restartable", "postgres_server", "redis_restartable", "redis_server", "temporal_server"]
+__all__ = [
+    "hung_redis",
+    "postgres_restartable",
+    "postgres_server",
+    "redis_restartable",
+    "redis_server",
+    "temporal_server",
+]

@@ -8,15 +8,12 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,7 +22,7 @@ import pytest
 from redis import Redis as SyncRedis
 from redis.asyncio import Connection, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from services import RedisServer, free_port, start_redis
+from services import HungRedis, RedisServer, free_port, start_redis
 
 from repeat_hooks import GuardState, MemoryStore, Policy, Refusal, ToolCall
 from repeat_hooks.redis import RedisStore, StoreContention, StoreUnavailable
@@ -512,46 +509,10 @@ async def test_unreachable_redis_raises_store_unavailable_quickly() -> None:
     assert caught.value.__cause__ is not None
 
 
-@dataclass
-class SilentServer:
-    """A TCP port that accepts connections and never answers (a hung Redis, a black-holing proxy)."""
-
-    port: int
-    connections: list[socket.socket]
-    """Every connection accepted so far: a client that retries a timed-out request opens another."""
 
 
-@pytest.fixture
-def silent_server() -> Iterator[SilentServer]:
-    """A ``SilentServer``, closed when the test ends."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    accepted: list[socket.socket] = []
-    closing = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not closing.is_set():
-            try:
-                accepted.append(listener.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield SilentServer(listener.getsockname()[1], accepted)
-    finally:
-        closing.set()
-        thread.join(5)
-        for connection in accepted:
-            connection.close()
-        listener.close()
-
-
-async def test_a_redis_that_never_answers_raises_store_unavailable_not_a_hang(silent_server: SilentServer) -> None:
-    async with RedisStore.from_url(f"redis://127.0.0.1:{silent_server.port}/0", timeout=0.3) as store:
+async def test_a_redis_that_never_answers_raises_store_unavailable_not_a_hang(hung_redis: HungRedis) -> None:
+    async with RedisStore.from_url(hung_redis.url, timeout=0.3) as store:
         started = time.monotonic()
         with pytest.raises(StoreUnavailable, match="Timeout"):
             await store.update("s", lambda state: None)
@@ -559,7 +520,7 @@ async def test_a_redis_that_never_answers_raises_store_unavailable_not_a_hang(si
             await store.update("s", lambda state: None)
     assert time.monotonic() - started < 3  # a hang, not an error: two updates of one 0.3 s timeout each
     # The documented timeout is the wait: a timed-out request is not sent again (one connection per update).
-    assert len(silent_server.connections) == 2
+    assert len(hung_redis.connections) == 2
 
 
 # -- restarts --------------------------------------------------------------------------------------

@@ -7,17 +7,22 @@ ScriptedModel`` at the SDK's provider seam, nothing of the SDK is mocked.
 from __future__ import annotations
 
 import os
-import socket
-import threading
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+_TESTS = str(Path(__file__).resolve().parents[2])
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)  # ``import services``
+
 os.environ.pop("MISTRAL_API_KEY", None)  # offline: no key reaches the SDK
 
-from mistralai.agents import agents
+from mistralai.agents import agents  # noqa: E402
+from services import hung_redis  # noqa: E402, F401  (a fixture: a Redis that accepts and never answers)
 
 
 @dataclass
@@ -67,45 +72,3 @@ def make_agent(model: Any, *hooks: agents.Hook, builtins: Any = None, max_iterat
 def agent_for() -> Any:
     """``make_agent`` as a fixture."""
     return make_agent
-
-
-@dataclass
-class HungRedis:
-    """A TCP port that accepts connections and never answers: a hung Redis (or a black-holing proxy)."""
-
-    port: int
-    connections: list[socket.socket]
-    """Every connection accepted so far: a client that retried a timed-out request would open another."""
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-
-@pytest.fixture
-def hung_redis() -> Iterator[HungRedis]:
-    """A ``HungRedis``, closed when the test ends."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    accepted: list[socket.socket] = []
-    closing = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.05)
-        while not closing.is_set():
-            try:
-                accepted.append(listener.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield HungRedis(listener.getsockname()[1], accepted)
-    finally:
-        closing.set()
-        thread.join(5)
-        for connection in accepted:
-            connection.close()
-        listener.close()
