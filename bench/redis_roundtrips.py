@@ -1,7 +1,7 @@
 """Round trips and latency of one guard decision through ``RedisStore``, next to a bare GET + SET.
 
 Starts its own ``redis-server`` on a free loopback port (no persistence) and stops it by its PID.
-Every scenario makes the same decision, ``policy.check_tool_call`` on one session, uncontended:
+Every scenario makes the same decision, ``policy.decide_tool_call`` on one session, uncontended:
 
 - ``GET+SET`` (baseline, not atomic): GET the state, decide, SET EX it back.
 - ``WATCH/MULTI``: the textbook optimistic transaction (WATCH, GET, then MULTI/SET EX/EXEC pipelined).
@@ -101,7 +101,7 @@ def _pong(port: int) -> bool:
 
 def decision(index: int, with_ids: bool) -> Callable[[GuardState], object]:
     call = ToolCall(f"tool{index % 5}", {"q": index % 40}, call_id=f"c{index}" if with_ids else None)
-    return lambda state: POLICY.check_tool_call(state, call)
+    return lambda state: POLICY.decide_tool_call(state, call)
 
 
 class Scenario:

@@ -12,9 +12,8 @@ import dataclasses
 import hashlib
 import json
 import math
-import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 MAX_ARGUMENT_CHARS = 1_000_000
@@ -28,18 +27,26 @@ _CYCLE = '"<cycle>"'
 class ToolCall:
     """One call the model asked for.
 
-    ``arguments`` is whatever the SDK hands over: a dict, JSON text, or any other value. ``call_id``
-    identifies one *delivery* of the call: a hook call delivered twice with the same ``call_id`` is
-    decided once. Give it only where it is unique within a session (``None`` turns that off).
-    ``read_only`` is what the SDK knows of the tool: ``True`` (it changes nothing, e.g. MCP's
-    ``readOnlyHint``), ``False`` (it may change state), or ``None`` (unknown: the policy's
-    ``read_only`` setting decides).
+    ``arguments`` is whatever the SDK hands over: a dict, JSON text, or any other value. The rest is
+    keyword-only. ``call_id`` is the id the model gave the call: within one model response, a hook call
+    delivered twice with the same ``call_id`` is decided once (the guard scopes it by turn and response,
+    so an SDK reusing ``call_0`` in every response is fine; ``None`` or ``""``: no de-duplication).
+
+    The effect hints are what the SDK knows of the tool, each ``None`` when unknown (only explicit
+    annotations count: MCP's defaults for an unannotated tool say nothing here):
+    ``read_only`` (MCP ``readOnlyHint``: it changes nothing; the policy's ``read_only`` decides when
+    ``None``), ``destructive`` (``destructiveHint``) and ``idempotent`` (``idempotentHint``). A call that is
+    ``destructive`` and not ``idempotent`` is not sent twice (``Policy.destructive``); an ``idempotent``
+    call's repeat changes nothing.
     """
 
     name: str
     arguments: Any = None
+    _: KW_ONLY
     call_id: str | None = None
     read_only: bool | None = None
+    destructive: bool | None = None
+    idempotent: bool | None = None
 
     def __post_init__(self) -> None:
         # The state keeps names and ids as text: an int id must not come back as another value.
@@ -47,6 +54,26 @@ class ToolCall:
             object.__setattr__(self, "name", str(self.name))
         if self.call_id is not None and type(self.call_id) is not str:
             object.__setattr__(self, "call_id", str(self.call_id))
+        for hint in ("read_only", "destructive", "idempotent"):
+            value = getattr(self, hint)
+            if value is not None and type(value) is not bool:
+                object.__setattr__(self, hint, None)  # not an explicit True or False: unknown
+
+
+def batch_call_ids(calls: Sequence[ToolCall]) -> list[str | None]:
+    """The ids one model response's calls are decided under: each call's own, with the second and later
+    uses of one id in the response told apart by position (``"call_0#3"``); an empty id is no id."""
+    ids: list[str | None] = []
+    used: set[str] = set()
+    for index, call in enumerate(calls):
+        call_id = call.call_id or None
+        if call_id is not None:
+            if call_id in used:
+                call_id = f"{call_id}#{index}"
+            else:
+                used.add(call_id)
+        ids.append(call_id)
+    return ids
 
 
 def canonical_arguments(arguments: Any, ignore: Iterable[str] = ()) -> str:
@@ -71,25 +98,6 @@ def call_key(name: str, arguments: Any, *, by_arguments: bool = True, ignore: It
     """A 32-character digest naming the call: the tool, and its canonical arguments if ``by_arguments``."""
     text = f"{name}\x00{canonical_arguments(arguments, ignore)}" if by_arguments else name
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
-UNKNOWN_OUTCOME = "?"
-"""The outcome of a run whose result holds an object with no JSON form: never the same as another."""
-_STAND_IN = re.compile(r'"<[A-Za-z_][\w.]*\.[\w.<>]+>"')
-
-
-def outcome_digest(ok: bool, result: Any, ignore: Iterable[str] = ()) -> str:
-    """A 16-character digest of a run's outcome: whether it succeeded, and its canonical ``result``.
-
-    ``ignore`` names result fields left out at any depth (a timestamp, a new order id). A result holding
-    an object JSON cannot write (an image, an SDK object) has no comparable form: its outcome is
-    ``UNKNOWN_OUTCOME``, which counts as new every time.
-    """
-    text = canonical_arguments(result, ignore)
-    if '"<' in text and _STAND_IN.search(text):
-        return UNKNOWN_OUTCOME
-    text = f"{'ok' if ok else 'failed'}\x00{text}"
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
 def _parse(arguments: Any) -> Any:

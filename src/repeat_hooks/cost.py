@@ -1,18 +1,83 @@
-"""What a model response cost: per-million-token prices, the arithmetic every adapter's ``token_prices`` shares.
+"""What a model response cost: per-million-token prices, and the token counts of every SDK's usage object.
 
-Each adapter reads its SDK's usage object (input, output and cached input tokens) and hands the counts to
-``TokenPrices.dollars``; the result feeds ``post_llm_call(cost_usd=...)`` and ``max_cost_usd``.
+``TokenPrices(3, 15)`` is a ``CostOf``: called with one response's usage, as any supported SDK reports it
+(``usage_tokens`` reads them all), it returns US dollars for ``post_llm_call(cost_usd=...)`` and
+``max_cost_usd``. Adapters take a ``CostOf`` (``cost=``), so a function of your own works as well.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+CostOf = Callable[[Any], float]
+"""The US dollars one model response cost, from the usage its SDK reports for it."""
+
+_INPUT = ("input_tokens", "prompt_tokens", "prompt_token_count")
+_INPUT_EXTRA = ("tool_use_prompt_token_count",)
+_OUTPUT = ("output_tokens", "completion_tokens", "candidates_token_count")
+_OUTPUT_EXTRA = ("thoughts_token_count",)
+_CACHED = ("cache_read_tokens", "cached_content_token_count")
+_CACHED_DETAILS = (
+    ("input_tokens_details", "cached_tokens"),
+    ("input_token_details", "cache_read"),
+    ("prompt_tokens_details", "cached_tokens"),
+)
+
+
+def _get(source: Any, name: str) -> Any:
+    if isinstance(source, Mapping):
+        return source.get(name)
+    return getattr(source, name, None)
+
+
+def _first(source: Any, names: tuple[str, ...]) -> float:
+    for name in names:
+        value = _get(source, name)
+        if value is not None:
+            return _tokens(value)
+    return 0
+
+
+def usage_tokens(usage: Any) -> tuple[int, int, int]:
+    """``(input, output, cached input)`` tokens of one response's usage, as any supported SDK spells them.
+
+    - pydantic-ai ``RequestUsage``: ``input_tokens``, ``output_tokens``, ``cache_read_tokens``;
+    - OpenAI Agents ``Usage``: ``input_tokens``, ``output_tokens``, ``input_tokens_details.cached_tokens``;
+    - LangChain ``usage_metadata`` (a dict): ``input_tokens``, ``output_tokens``,
+      ``input_token_details["cache_read"]``;
+    - Google ADK (genai ``usage_metadata``): ``prompt_token_count`` + ``tool_use_prompt_token_count``,
+      ``candidates_token_count`` + ``thoughts_token_count``, ``cached_content_token_count``;
+    - Mistral and chat completions: ``input_tokens`` or ``prompt_tokens``, ``output_tokens`` or
+      ``completion_tokens``, ``prompt_tokens_details.cached_tokens``.
+
+    Missing, negative or odd counts count as 0; ``None`` usage is all zeros.
+    """
+    if usage is None:
+        return 0, 0, 0
+    try:
+        fresh = _first(usage, _INPUT) + sum(_first(usage, (name,)) for name in _INPUT_EXTRA)
+        output = _first(usage, _OUTPUT) + sum(_first(usage, (name,)) for name in _OUTPUT_EXTRA)
+        cached = _first(usage, _CACHED)
+        if not cached:
+            for details, name in _CACHED_DETAILS:
+                inner = _get(usage, details)
+                if inner is not None:
+                    cached = _first(inner, (name,))
+                    if cached:
+                        break
+    except Exception:  # a hostile usage object: nothing is known
+        return 0, 0, 0
+    return int(fresh), int(output), int(cached)
 
 
 @dataclass(frozen=True)
 class TokenPrices:
-    """US dollars per million tokens. Invalid prices raise ``ValueError`` naming the price.
+    """US dollars per million tokens; call it with a response's usage for its cost (a ``CostOf``).
+
+    ``cost=TokenPrices(3, 15)`` in any adapter. Invalid prices raise ``ValueError`` naming the price.
 
     Negative, NaN or infinite prices, or input and output both free, would make a cost budget that can
     never trip (or always trips): they are refused here, at setup.
@@ -35,6 +100,10 @@ class TokenPrices:
                 "token_prices: input_usd_per_million and output_usd_per_million are both 0, so max_cost_usd "
                 "could never trip"
             )
+
+    def __call__(self, usage: Any) -> float:
+        """The US dollars of one response's ``usage`` (any SDK's usage object: see ``usage_tokens``)."""
+        return self.dollars(*usage_tokens(usage))
 
     def dollars(self, input_tokens: float, output_tokens: float, cached_input_tokens: float = 0) -> float:
         """The cost of one response: ``input_tokens`` (cached ones included), ``output_tokens`` and, of the

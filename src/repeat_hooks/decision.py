@@ -2,11 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from enum import Enum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from .stop_reason import StopReason
+
+
+class RefusalKind(str, Enum):
+    """Which rule refused a call. Each kind has its own text (``messages.REFUSAL_MESSAGES``)."""
+
+    REPEAT = "repeat"
+    """The same call ran ``max_calls`` times with nothing since that could change its result."""
+    FAILURE = "failure"
+    """The same call failed the same way ``max_calls`` times, with nothing changed since."""
+    CYCLE = "cycle"
+    """The call would start the third pass of a cycle (A-B-A-B-...) whose second pass repeated the first."""
+    FORBIDDEN = "forbidden"
+    """The tool's limit is 0: it may not be called in a turn."""
+    DUPLICATE_WRITE = "duplicate_write"
+    """The call acts on the world (``destructive``, not idempotent) and the same call already succeeded
+    with nothing else changed since: running it again would do it twice."""
+    OPAQUE = "opaque"
+    """The call's result could not be compared (no stable form) and it already ran ``max_opaque_runs``
+    times in this turn."""
+    TURN_ENDED = "turn_ended"
+    """The turn has already stopped: no call runs any more."""
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class Refusal(BaseModel):
@@ -17,7 +42,9 @@ class Refusal(BaseModel):
     message: str
     """The text to hand the model as the call's result."""
     reason: StopReason
-    """Why: ``repeated_call``, or the reason the turn already stopped."""
+    """Why, as a stop reason: ``repeated_call``, or the reason the turn already stopped."""
+    kind: RefusalKind = RefusalKind.REPEAT
+    """Which rule refused it."""
 
 
 class Stop(BaseModel):
@@ -48,33 +75,9 @@ class GuardEvent(BaseModel):
     """The turn's number in this state: 1 for the first turn."""
     message: str | None = None
     """For a stop, its final message (a stop's text holds no argument values); ``None`` for a refusal."""
+    refusal: RefusalKind | None = None
+    """For a refusal, the rule that refused the call; ``None`` for a stop."""
 
     def as_stop(self) -> Stop | None:
         """The ``Stop`` this event recorded, or ``None`` for a refusal."""
         return None if self.kind != "stop" or self.message is None else Stop(message=self.message, reason=self.reason)
-
-
-class Delivery(NamedTuple):
-    """A decided delivery, remembered so that a second delivery of it is not counted again."""
-
-    tool: str
-    key: str
-    number: int
-    """The call's number for its key when it was decided."""
-    refused: bool
-    settled: bool
-    """Its outcome was recorded (``post_tool_call``)."""
-    why: str = ""
-    """Which rule decided it: ``repeat``, ``failure``, ``cycle`` or ``forbidden`` (read for refused calls)."""
-
-
-class Mark(NamedTuple):
-    """What a call key's last run saw and returned, for ``count="progress"``."""
-
-    changes: int
-    """The state's ``changes`` when the count last continued or restarted: a different number now means
-    that something which may have changed the result ran since."""
-    outcome: str | None
-    """A digest of the last run's outcome (ok or failed, and its result); ``None`` before any."""
-    ok: bool | None
-    """Whether the last run succeeded; ``None`` before any outcome."""

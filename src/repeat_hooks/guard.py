@@ -1,57 +1,112 @@
-"""``StopRepeatedCalls``: the policy and its own state in one serializable hook, for in-process use."""
+"""``StopRepeatedCalls``: a policy and one conversation's state, in one serializable hook for in-process use."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Sequence
 from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
 
 from .call import ToolCall
 from .decision import GuardEvent, Refusal, Stop
 from .policy import Policy
 from .state import GuardState
+from .whole import WholeModel
+
+_SETTINGS = frozenset(Policy.model_fields)
 
 
-class StopRepeatedCalls(Policy):
-    """A loop guard that keeps its counters with it: settings and state are pydantic fields.
+class StopRepeatedCalls(WholeModel):
+    """A loop guard for one conversation: it holds a ``Policy`` (the settings) and a ``GuardState`` (the counts).
 
-    ``StopRepeatedCalls.model_validate_json(guard.model_dump_json())`` restores it exactly, state
-    included, and the restored guard decides as the original would. For state kept elsewhere (an
-    SDK's context, a store shared by processes), use a ``Policy`` and a ``GuardState`` directly.
+    Build it with the settings as keywords, ``StopRepeatedCalls(max_calls=2, max_refusals=3)``, or with a
+    policy, ``StopRepeatedCalls(policy=Policy(...))``; read them back as ``guard.policy``.
+    ``StopRepeatedCalls.model_validate_json(guard.model_dump_json())`` restores it exactly, counts included,
+    and a guard saved by 0.1 (settings at the top level) loads too. One guard serves one conversation: for
+    many, keep one ``Policy`` and a ``GuardState`` per conversation (in a ``StateStore``), or use an adapter.
     """
 
+    model_config = ConfigDict(extra="forbid")
+
+    policy: Policy = Field(default_factory=Policy)
+    """The settings (frozen)."""
     state: GuardState = Field(default_factory=GuardState)
-    """The counters: this turn's counts, recent deliveries, refusal and stop events."""
+    """The counts: this turn's counters, recent deliveries, refusal and stop events."""
 
-    def pre_agent_turn(self, turn_id: str | None = None) -> None:
-        """Fires when a turn starts: resets the per-turn counters (unless ``turn_id`` is the current turn)."""
-        self.start_turn(self.state, turn_id)
+    @model_validator(mode="before")
+    @classmethod
+    def _settings_as_keywords(cls, data: Any) -> Any:
+        """``StopRepeatedCalls(max_calls=2)``: settings given as keywords (or saved at the top level by 0.1)."""
+        if not isinstance(data, dict):
+            return data
+        for name in data:
+            if name not in _SETTINGS and name not in ("policy", "state"):
+                close = difflib.get_close_matches(name, sorted(_SETTINGS), n=1)
+                hint = f"; did you mean {close[0]}?" if close else ""
+                raise ValueError(f"{name} is not a setting{hint} (the settings are Policy's fields)")
+        settings = {name: data[name] for name in data if name in _SETTINGS}
+        if not settings:
+            return data
+        if "policy" in data:
+            raise ValueError(
+                f"give the settings either as keywords or as policy=Policy(...), not both (got policy and "
+                f"{', '.join(sorted(settings))})"
+            )
+        rest = {name: value for name, value in data.items() if name not in settings}
+        return {**rest, "policy": settings}
 
-    def pre_tool_call(self, call: ToolCall, turn_id: str | None = None) -> Refusal | None:
-        """Fires before each tool call: ``None`` lets it run; a ``Refusal`` is handed to the model instead."""
-        return self.check_tool_call(self.state, call, turn_id)
+    def pre_agent_turn(self, *, turn_id: str | None = None) -> None:
+        """Fires when a user message starts a turn: fresh per-turn counts, unless ``turn_id`` is the current
+        turn (a resumed or continued turn keeps its counts). Returns nothing."""
+        self.policy.start_turn(self.state, turn_id=turn_id)
+
+    def pre_tool_call(self, call: ToolCall, *, turn_id: str | None = None) -> Refusal | None:
+        """Fires before each tool call: returns ``None`` to let it run, or the ``Refusal`` to hand the model
+        instead of a result (the tool must not run). Counts the call."""
+        return self.policy.decide_tool_call(self.state, call, turn_id=turn_id)
+
+    def pre_tool_calls(self, calls: Sequence[ToolCall], *, turn_id: str | None = None) -> list[Refusal | None]:
+        """Fires once per model response with all its tool calls, before any runs: one decision per call, in
+        order, as ``pre_tool_call`` gives them. A later ``pre_tool_call`` of one of them returns its decision."""
+        return self.policy.decide_tool_calls(self.state, calls, turn_id=turn_id)
 
     def post_tool_call(
         self,
         call: ToolCall,
         ok: bool = True,
-        turn_id: str | None = None,
-        delivery_id: str | None = None,
         *,
         result: Any = None,
+        turn_id: str | None = None,
+        delivery_id: str | None = None,
     ) -> None:
-        """Fires after a tool ran: records its outcome and its ``result`` (digested, never stored)."""
-        self.record_tool_result(self.state, call, ok, turn_id, delivery_id, result=result)
+        """Fires after a tool ran: records whether it succeeded and what it returned (``result``: what the model
+        reads; digested, never stored). Returns nothing."""
+        self.policy.record_tool_result(self.state, call, ok=ok, result=result, turn_id=turn_id, delivery_id=delivery_id)
 
-    def pre_llm_call(self, turn_id: str | None = None) -> Stop | None:
-        """Fires before each model call: ``None`` lets it happen; a ``Stop`` ends the turn with its message."""
-        return self.check_model_call(self.state, turn_id)
+    def pre_llm_call(self, *, turn_id: str | None = None) -> Stop | None:
+        """Fires before each model call: returns ``None`` to let it happen, or the ``Stop`` that ends the turn
+        (no more model calls; ``stop.message`` is the caller's final text)."""
+        return self.policy.decide_model_call(self.state, turn_id=turn_id)
 
     def post_llm_call(
-        self, seconds: float = 0.0, cost_usd: float = 0.0, delivery_id: str | None = None, turn_id: str | None = None
+        self,
+        seconds: float = 0.0,
+        cost_usd: float = 0.0,
+        *,
+        turn_id: str | None = None,
+        delivery_id: str | None = None,
     ) -> None:
-        """Fires after each model call: counts it, with its recorded seconds and cost, for the budgets."""
-        self.record_model_call(self.state, seconds, cost_usd, delivery_id, turn_id)
+        """Fires after each model call: counts it, with its recorded ``seconds`` and ``cost_usd``, for the
+        budgets. Returns nothing."""
+        self.policy.record_model_call(
+            self.state, seconds=seconds, cost_usd=cost_usd, turn_id=turn_id, delivery_id=delivery_id
+        )
+
+    @property
+    def stop(self) -> Stop | None:
+        """The current turn's ``Stop``, once ``pre_llm_call`` has ended it; else ``None``."""
+        return self.state.turn.stop
 
     def stop_of(self, turn_id: str) -> Stop | None:
         """How turn ``turn_id`` was stopped, while its stop event is kept; ``None`` if it was not."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import string
 
+from .decision import RefusalKind
 from .stop_reason import StopReason
 
 PLACEHOLDERS = frozenset({"tool", "count", "limit"})
@@ -41,6 +42,32 @@ REFUSE_CYCLE = (
     "give your answer with what you know."
 )
 REFUSE_FORBIDDEN = "Refused: {tool} may not be called in this turn. Do not call it: use another tool or answer."
+REFUSE_DUPLICATE_WRITE = (
+    "Refused: {tool} already succeeded with these exact arguments in this turn, and nothing has changed "
+    "since: calling it again would do it twice. Do not call it again: use its earlier result, or give your "
+    "answer with what you know."
+)
+REFUSE_OPAQUE = (
+    "Refused: you already called {tool} with these exact arguments {limit} times in this turn. Do not call "
+    "it again: use the earlier results, try different arguments, or give your answer with what you know."
+)
+TURN_ENDED = "Refused: this turn has ended ({reason}). Do not call any more tools: answer with what you know."
+
+REPEAT_MESSAGES: dict[tuple[str, str], str] = {
+    ("per_turn", "tool_and_arguments"): REFUSE_SAME_ARGUMENTS,
+    ("per_turn", "tool"): REFUSE_SAME_TOOL,
+    ("progress", "tool_and_arguments"): REFUSE_NO_PROGRESS,
+    ("progress", "tool"): REFUSE_NO_PROGRESS_TOOL,
+}
+"""The text of a ``RefusalKind.REPEAT``, by ``(Policy.count, Policy.match)``."""
+REFUSAL_MESSAGES: dict[RefusalKind, str] = {
+    RefusalKind.FAILURE: REFUSE_SAME_FAILURE,
+    RefusalKind.CYCLE: REFUSE_CYCLE,
+    RefusalKind.FORBIDDEN: REFUSE_FORBIDDEN,
+    RefusalKind.DUPLICATE_WRITE: REFUSE_DUPLICATE_WRITE,
+    RefusalKind.OPAQUE: REFUSE_OPAQUE,
+}
+"""The text of every other refusal kind (``TURN_ENDED`` names the stop's reason instead)."""
 
 STOP_MESSAGES: dict[StopReason, str] = {
     StopReason.REPEATED_CALL: (
@@ -76,7 +103,8 @@ def check_template(template: str) -> str:
 
 def render(template: str, tool: str | None, count: float, limit: float | None) -> str:
     """``template`` with its placeholders filled in."""
-    return template.format(tool=tool or "a tool", count=_number(count), limit=_number(limit))
+    text = template.format(tool=tool or "a tool", count=_number(count), limit=_number(limit))
+    return text.replace(" 1 times", " once")
 
 
 def _number(value: float | None) -> str:

@@ -1,8 +1,12 @@
 """The policy: the guard's settings, and the pure rules that turn a state and an event into a decision.
 
-``Policy`` holds no counters. Each rule takes the session's ``GuardState`` and changes it in place, so
-an adapter can keep the state wherever its runtime needs it (on the hook, in the SDK's context, in a
+``Policy`` holds no counters. Its verbs take the session's ``GuardState`` and change it in place, so an
+adapter can keep the state wherever its runtime needs it (on the hook, in the SDK's context, in a
 ``StateStore``) and call the same rules. No I/O, no clock, no randomness: a replay decides the same.
+
+The verbs say what they do. ``decide_*`` decides *and counts* (call it once per event; a delivery id
+makes a second delivery harmless); ``record_*`` records what happened; ``start_turn`` starts a turn.
+``hook_points`` and ``feeds`` are pure: what an adapter must call and provide for these settings.
 """
 
 from __future__ import annotations
@@ -10,40 +14,23 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, field_serializer, field_validator, model_validator
 
-from .call import UNKNOWN_OUTCOME, ToolCall, call_key, outcome_digest
-from .decision import Delivery, GuardEvent, Mark, Refusal, Stop
-from .messages import (
-    REFUSE_CYCLE,
-    REFUSE_FORBIDDEN,
-    REFUSE_NO_PROGRESS,
-    REFUSE_NO_PROGRESS_TOOL,
-    REFUSE_SAME_ARGUMENTS,
-    REFUSE_SAME_FAILURE,
-    REFUSE_SAME_TOOL,
-    STOP_MESSAGES,
-    check_template,
-    render,
-)
-from .state import GuardState, WholeModel
+from .call import ToolCall, batch_call_ids, call_key
+from .decision import GuardEvent, Refusal, RefusalKind, Stop
+from .messages import REFUSAL_MESSAGES, REPEAT_MESSAGES, STOP_MESSAGES, TURN_ENDED, check_template, render
+from .result import UNKNOWN_OUTCOME, outcome_digest
+from .state import SEEN, Delivery, GuardState
 from .stop_reason import StopReason
+from .stop_rule import STOP_RULES, Feed, HookPoint
+from .turn import Mark, Turn
+from .whole import WholeModel
 
 logger = logging.getLogger("repeat_hooks")
-
-TURN_ENDED = "Refused: this turn has ended ({reason}). Do not call any more tools: answer with what you know."
-_SEEN = Delivery("", "", 0, False, True)
-"""What a ``delivery_id`` of an outcome or a model call is remembered as: only that it was seen matters."""
-
-_REPEAT, _FAILURE, _CYCLE, _FORBIDDEN = "repeat", "failure", "cycle", "forbidden"
-_REFUSALS = {
-    ("per_turn", "tool_and_arguments"): REFUSE_SAME_ARGUMENTS,
-    ("per_turn", "tool"): REFUSE_SAME_TOOL,
-    ("progress", "tool_and_arguments"): REFUSE_NO_PROGRESS,
-    ("progress", "tool"): REFUSE_NO_PROGRESS_TOOL,
-}
 
 NonNegative = Annotated[int, Field(ge=0)]
 
@@ -61,6 +48,10 @@ class Policy(WholeModel):
     since its last run; ``"per_turn"``, every same call in the turn."""
     read_only: frozenset[str] = frozenset()
     """Tools known to change nothing (``{"get_order"}``): running them restarts no other call's count."""
+    destructive: frozenset[str] = frozenset()
+    """Tools that act on the world so that a repeat does it twice (``{"place_order"}``; MCP's explicit
+    ``destructiveHint: true`` with ``idempotentHint: false`` says the same): once such a call succeeded, the
+    same call is refused until another call changes something, whatever it returned."""
     max_cycle_period: Annotated[int, Field(ge=2)] | None = 8
     """With ``count="progress"``: the longest cycle (A-B-A-B, A-B-C-A-B-C, ...) refused at the start of its
     third pass once its second pass repeated the first (same calls, same results); ``None`` switches it off."""
@@ -68,10 +59,16 @@ class Policy(WholeModel):
     """Result fields left out when comparing results, at any depth (``{"checked_at", "order_id"}``): a result
     that differs only there is the same result, so a call returning a new timestamp or a new order id each
     time is still a repeat."""
+    mask_volatile: bool = True
+    """Mask the tokens that change on every call without meaning anything changed (UUIDs, runs of 16+ hex
+    digits, ISO date-times with a time of day) before comparing results; ``False`` compares them too."""
+    max_opaque_runs: Annotated[int, Field(ge=1)] | None = 5
+    """With ``count="progress"``: runs allowed per turn of a call whose result could not be compared (an
+    object with no stable form counts as new every time); the next is refused. ``None``: no cap."""
     match: Literal["tool_and_arguments", "tool"] = "tool_and_arguments"
     """What makes two calls the same: the tool and its canonical arguments (default), or the tool alone."""
     max_calls: NonNegative | None = 2
-    """Same calls allowed per turn; the next one is refused (checked in ``pre_tool_call``)."""
+    """Same calls allowed per turn; the next one is refused (checked in ``decide_tool_call``)."""
     limits: dict[str, NonNegative] = Field(default_factory=dict)
     """Per-tool overrides of ``max_calls``, by tool name (``{"place_order": 1}``)."""
     exempt: frozenset[str] = frozenset()
@@ -85,17 +82,17 @@ class Policy(WholeModel):
     max_errors_in_a_row: Annotated[int, Field(ge=1)] | None = None
     """Failed calls in a row that end the turn with ``too_many_errors``; a success resets the count."""
     max_refusals: NonNegative | None = 3
-    """Refusals that end the turn with ``ignored_refusals`` at the next model call; ``0`` ends it at the
-    first refusal, with ``repeated_call``."""
+    """Model responses with a refused call that end the turn with ``ignored_refusals`` at the next model
+    call; ``0`` ends it at the first refusal, with ``repeated_call``."""
     max_model_calls: Annotated[int, Field(ge=1)] | None = None
-    """Model calls (recorded by ``post_llm_call``) after which the turn ends with ``max_steps``."""
+    """Model calls (recorded by ``record_model_call``) after which the turn ends with ``max_steps``."""
     max_model_seconds: Annotated[float, Field(gt=0)] | None = None
     """Recorded model seconds; going over ends the turn with ``time``."""
     max_cost_usd: Annotated[float, Field(gt=0)] | None = None
     """Recorded cost in US dollars; going over ends the turn with ``cost``."""
     refusal_message: str | None = None
     """The text the model gets for a refused call (``{tool}``, ``{count}``, ``{limit}``); ``None``: the
-    default for ``match``."""
+    default for the rule that refused it."""
     stop_messages: dict[StopReason, str] = Field(default_factory=dict)
     """Final texts by stop reason, over the defaults (same placeholders)."""
     max_keys: Annotated[int, Field(ge=1)] = 1024
@@ -121,6 +118,9 @@ class Policy(WholeModel):
                 f"{', '.join(both)} is both in exempt (never refused) and in limits (refused past a limit): "
                 "keep it in one of the two"
             )
+        both = sorted(self.read_only & self.destructive)
+        if both:
+            raise ValueError(f"{', '.join(both)} is both in read_only and in destructive: keep it in one of the two")
         return self
 
     @model_validator(mode="after")
@@ -134,163 +134,203 @@ class Policy(WholeModel):
                 )
         return self
 
-    @field_serializer("exempt", "ignore_arguments", "read_only", "ignore_results")
+    @field_serializer("exempt", "ignore_arguments", "read_only", "ignore_results", "destructive")
     def _sorted(self, value: frozenset[str]) -> list[str]:
         return sorted(value)
 
-    # -- the rules -------------------------------------------------------------------------------
+    # -- what an adapter must provide (pure) --------------------------------------------------------
 
-    def start_turn(self, state: GuardState, turn_id: str | None = None) -> None:
-        """A turn starts: reset the per-turn counters, unless ``turn_id`` is already the current turn.
+    def feeds(self) -> frozenset[Feed]:
+        """The figures the adapter must hand the guard for these settings to work (see ``Feed``)."""
+        needed = {rule.feed for rule in STOP_RULES if rule.feed is not None and getattr(self, rule.setting) is not None}
+        if self.count == "progress" or not self.count_failures:
+            needed.add(Feed.OUTCOMES)
+        return frozenset(needed)
+
+    def hook_points(self) -> frozenset[HookPoint]:
+        """The hook points an adapter must call for these settings; the others may be left unregistered."""
+        points = {HookPoint.PRE_AGENT_TURN, HookPoint.PRE_TOOL_CALL}
+        feeds = self.feeds()
+        if Feed.OUTCOMES in feeds:
+            points.add(HookPoint.POST_TOOL_CALL)
+        if any(getattr(self, rule.setting) is not None for rule in STOP_RULES):
+            points.add(HookPoint.PRE_LLM_CALL)
+        if feeds & {Feed.MODEL_CALLS, Feed.SECONDS, Feed.COST}:
+            points.add(HookPoint.POST_LLM_CALL)
+        return frozenset(points)
+
+    # -- the verbs ----------------------------------------------------------------------------------
+
+    def start_turn(self, state: GuardState, *, turn_id: str | None = None) -> None:
+        """A user message starts a turn: fresh per-turn counters, unless ``turn_id`` is already the current turn.
 
         ``None`` always starts a new turn. Returns nothing.
         """
-        if turn_id is None or turn_id != state.turn_id:
-            state.reset_turn(turn_id)
+        if turn_id is None or turn_id != state.turn.id:
+            state.start(turn_id)
 
-    def check_tool_call(self, state: GuardState, call: ToolCall, turn_id: str | None = None) -> Refusal | None:
-        """Before a tool runs: count the call; ``None`` lets it run, a ``Refusal`` replaces its result.
+    def decide_tool_call(self, state: GuardState, call: ToolCall, *, turn_id: str | None = None) -> Refusal | None:
+        """Before a tool runs: decide and count the call; ``None`` lets it run, a ``Refusal`` replaces its result.
 
-        A ``call_id`` seen before returns the first decision without counting again. A ``turn_id``
+        A ``call_id`` already decided in this model response (a second delivery, or a call decided with its
+        batch by ``decide_tool_calls``) returns the first decision without counting again. A ``turn_id``
         other than the current one starts that turn first.
         """
-        if turn_id is not None and turn_id != state.turn_id:
-            state.reset_turn(turn_id)
-        call_id = call.call_id
+        turn = state.turn
+        if turn_id is not None and turn_id != turn.id:
+            turn = _enter(state, turn_id)
         name = call.name
-        if call_id is not None:
-            seen = state.deliveries.get(call_id)
+        scoped = _scoped(turn, call.call_id) if call.call_id else None
+        if scoped is not None:
+            seen = state.deliveries.get(scoped)
             if seen is not None and seen.tool == name and seen.key == self._key(call):
-                return self._refusal(seen.tool, seen.number, seen.why) if seen.refused else None
+                return self._refusal(seen.tool, seen.number, RefusalKind(seen.why)) if seen.refused else None
         if name in self.exempt:
             return None
-        if state.stop is not None:
-            reason = state.stop.reason
-            return Refusal(message=TURN_ENDED.format(reason=reason.value), reason=reason)
+        if turn.stop is not None:
+            reason = turn.stop.reason
+            refusal = Refusal(
+                message=TURN_ENDED.format(reason=reason.value), reason=reason, kind=RefusalKind.TURN_ENDED
+            )
+            return refusal
         limit = self.limits.get(name, self.max_calls)
         if limit is None:
             return None
-        key = call_key(name, call.arguments, by_arguments=self.match != "tool", ignore=self.ignore_arguments)
-        why = _REPEAT
+        key = self._key(call)
         if self.count == "per_turn":
-            count = self._count(state, key, restart=False)
+            count = self._count(turn, key, restart=False)
+            refused, kind = count > limit, RefusalKind.REPEAT
         else:
-            marks = state.marks
-            mark = marks.get(key)
-            if mark is None:
-                count = self._count(state, key, restart=True)
-                marks[key] = Mark(state.changes, None, None)
-            else:
-                restart = mark.changes != state.changes
-                count = self._count(state, key, restart)
-                if restart:
-                    marks[key] = mark._replace(changes=state.changes)
-                elif mark.ok is False:
-                    why = _FAILURE
-        refused = count > limit
+            refused, kind, count = self._count_progress(turn, call, key, limit)
         if refused:
             if limit == 0:
-                why = _FORBIDDEN
-        elif len(state.runs) >= 4:  # runs are kept with count="progress" and max_cycle_period set
-            period = self._cycle(state.runs, key)
+                kind = RefusalKind.FORBIDDEN
+        elif len(turn.runs) >= 4:  # runs are kept with count="progress" and max_cycle_period set
+            period = self._cycle(turn.runs, key)
             if period is not None:
-                refused, why, count = True, _CYCLE, period
-        if call_id is not None:
-            state.remember(call_id, Delivery(name, key, count, refused, False, why))
+                refused, kind, count = True, RefusalKind.CYCLE, period
+        if scoped is not None:
+            delivery = Delivery(tool=name, key=key, number=count, refused=refused, settled=False, why=kind.value)
+            state.remember(scoped, delivery)
         if not refused:
             return None
-        state.refusals += 1
-        if state.refused_in != state.responses:
-            state.refused_in = state.responses
-            state.refused_responses += 1
-        state.last_refused = name
-        self._event(state, "refusal", StopReason.REPEATED_CALL, name, count, limit)
-        return self._refusal(name, count, why)
+        turn.refusals += 1
+        if turn.refused_in != turn.responses:
+            turn.refused_in = turn.responses
+            turn.refused_responses += 1
+        turn.last_refused = name
+        self._event(state, "refusal", StopReason.REPEATED_CALL, name, count, limit, refusal=kind)
+        return self._refusal(name, count, kind)
+
+    def decide_tool_calls(
+        self, state: GuardState, calls: Sequence[ToolCall], *, turn_id: str | None = None
+    ) -> list[Refusal | None]:
+        """One model response's calls, decided as one batch before any of them runs; one decision per call.
+
+        No result of the batch can restart another's count, however the SDK then runs them. A ``call_id``
+        used twice in the batch is told apart by position (``batch_call_ids``); an empty one is no id. A later
+        ``decide_tool_call`` of one of these calls (same id, as ``batch_call_ids`` gives it) returns its decision.
+        """
+        _enter(state, turn_id)
+        ids = batch_call_ids(calls)
+        return [
+            self.decide_tool_call(state, call if call.call_id == call_id else replace(call, call_id=call_id))
+            for call, call_id in zip(calls, ids, strict=True)
+        ]
 
     def record_tool_result(
         self,
         state: GuardState,
         call: ToolCall,
-        ok: bool,
+        *,
+        ok: bool = True,
+        result: Any = None,
         turn_id: str | None = None,
         delivery_id: str | None = None,
-        *,
-        result: Any = None,
     ) -> None:
         """After a tool ran: record whether it succeeded, and what it returned. Returns nothing.
 
         A success resets the errors in a row; a failure adds one and, with ``count_failures=False``,
-        takes the call back out of its key's count. With ``count="progress"``, ``result`` (any value;
-        only its digest is kept) tells progress apart: a result unlike the call's previous one restarts
-        its count, and a successful call that may change state restarts every other call's count.
+        takes the call back out of its key's count. With ``count="progress"``, ``result`` (what the model
+        reads; only its digest is kept) tells progress apart: a result unlike the call's previous one
+        restarts its count, and a successful call that may change state restarts every other call's count.
 
-        An outcome delivered twice is recorded once: by ``delivery_id`` when the runtime delivers
-        outcomes separately from their calls (a hook call per activity), else by the ``call_id`` its
-        ``check_tool_call`` saw.
+        An outcome delivered twice is recorded once: by ``delivery_id`` when the runtime delivers outcomes
+        separately from their calls (a hook call per activity), else by the ``call_id`` its decision saw.
         """
-        if turn_id is not None and turn_id != state.turn_id:
-            state.reset_turn(turn_id)
-        if delivery_id is not None:
-            if delivery_id in state.deliveries:
-                return
-            state.remember(delivery_id, _SEEN)
+        turn = _enter(state, turn_id)
+        if delivery_id is not None and _seen_before(state, delivery_id):
+            return
+        ok = ok is True or (ok is not False and bool(ok))
         key: str | None = None
-        if call.call_id is not None:
-            seen = state.deliveries.get(call.call_id)
+        scoped = _scoped(turn, call.call_id)
+        if scoped is not None:
+            seen = state.deliveries.get(scoped)
             if seen is not None and seen.tool == call.name:
                 if seen.settled or seen.refused:
                     return
-                state.deliveries[call.call_id] = seen._replace(settled=True)
+                state.deliveries[scoped] = seen._replace(settled=True)
                 key = seen.key
         name = call.name
         if ok:
-            state.errors_in_a_row = 0
+            turn.errors_in_a_row = 0
         else:
-            state.errors_in_a_row += 1
-            state.last_failed = name
+            turn.errors_in_a_row += 1
+            turn.last_failed = name
         progress = self.count == "progress"
         if name in self.exempt:
             if progress and ok and not self._read_only(call):
-                state.changes += 1  # not counted, but it may still change what other calls return
+                turn.changes += 1  # not counted, but it may still change what other calls return
             return
         if not progress and (ok or self.count_failures):
             return
         if key is None:
             key = self._key(call)
         if not ok and not self.count_failures:
-            self._uncount(state, key)
+            self._uncount(turn, key)
         if progress:
-            self._progress(state, call, key, ok, result)
+            self._progress(turn, call, key, ok, result)
 
-    def check_model_call(self, state: GuardState, turn_id: str | None = None) -> Stop | None:
+    def decide_model_call(self, state: GuardState, *, turn_id: str | None = None) -> Stop | None:
         """Before a model call: ``None`` lets it happen; a ``Stop`` ends the turn with its final message.
 
-        Rules, in order: refusals (``max_refusals``), errors in a row, model calls, seconds, cost. Once
-        a turn has stopped, every later call returns the same ``Stop``. Each call let through starts a
-        new model response, for counting refusals per response.
+        The rules of ``STOP_RULES``, in order: refusals, errors in a row, model calls, seconds, cost. Once a
+        turn has stopped, every later call returns the same ``Stop``. Each call let through starts a new
+        model response (for counting refusals per response, and for scoping call ids).
         """
-        if turn_id is not None and turn_id != state.turn_id:
-            state.reset_turn(turn_id)
-        if state.stop is not None:
-            return state.stop
-        tripped = self._tripped(state)
-        if tripped is None:
-            state.responses += 1
-            return None
-        reason, tool, count, limit = tripped
-        template = self.stop_messages.get(reason, STOP_MESSAGES[reason])
-        stop = Stop(message=render(template, tool, count, limit), reason=reason)
-        state.stop = stop
-        self._event(state, "stop", reason, tool, count, limit, stop.message)
-        return stop
+        turn = _enter(state, turn_id)
+        if turn.stop is not None:
+            return turn.stop
+        for rule in STOP_RULES:
+            limit = getattr(self, rule.setting)
+            if limit is None:
+                continue
+            value = getattr(turn, rule.counter)
+            reason = rule.reason
+            if rule.reason is StopReason.IGNORED_REFUSALS:
+                tripped = value >= max(1, limit)
+                if limit == 0:
+                    reason = StopReason.REPEATED_CALL
+            else:
+                tripped = value > limit if rule.over else value >= limit
+            if tripped:
+                tool = getattr(turn, rule.tool) if rule.tool is not None else None
+                template = self.stop_messages.get(reason, STOP_MESSAGES[reason])
+                stop = Stop(message=render(template, tool, value, limit), reason=reason)
+                turn.stop = stop
+                self._event(state, "stop", reason, tool, value, limit, message=stop.message)
+                return stop
+        turn.responses += 1
+        return None
 
     def record_model_call(
         self,
         state: GuardState,
+        *,
         seconds: float = 0.0,
         cost_usd: float = 0.0,
-        delivery_id: str | None = None,
         turn_id: str | None = None,
+        delivery_id: str | None = None,
     ) -> None:
         """After a model call: count it, with its recorded latency and cost (never a clock). Returns nothing.
 
@@ -298,17 +338,34 @@ class Policy(WholeModel):
         ones, and totals past the largest float, count as the largest float (any budget trips), so the
         state stays finite and serializable.
         """
-        if turn_id is not None and turn_id != state.turn_id:
-            state.reset_turn(turn_id)
-        if delivery_id is not None:
-            if delivery_id in state.deliveries:
-                return
-            state.remember(delivery_id, _SEEN)
-        state.model_calls += 1
-        state.model_seconds = min(state.model_seconds + _amount(seconds, "seconds"), _LARGEST)
-        state.cost_usd = min(state.cost_usd + _amount(cost_usd, "cost_usd"), _LARGEST)
+        turn = _enter(state, turn_id)
+        if delivery_id is not None and _seen_before(state, delivery_id):
+            return
+        turn.model_calls += 1
+        turn.model_seconds = min(turn.model_seconds + _amount(seconds, "seconds"), _LARGEST)
+        turn.cost_usd = min(turn.cost_usd + _amount(cost_usd, "cost_usd"), _LARGEST)
 
-    # -- helpers ---------------------------------------------------------------------------------
+    # -- helpers --------------------------------------------------------------------------------------
+
+    def _count_progress(self, turn: Turn, call: ToolCall, key: str, limit: int) -> tuple[bool, RefusalKind, int]:
+        """``count="progress"``: count a call, restarting its count if something changed since its last run;
+        returns whether it is refused, by which rule, and the number the refusal reports."""
+        mark = turn.marks.get(key)
+        if mark is None:
+            count = self._count(turn, key, restart=True)
+            turn.marks[key] = Mark(changes=turn.changes, outcome=None, ok=None)
+            return count > limit, RefusalKind.REPEAT, count
+        restart = mark.changes != turn.changes
+        count = self._count(turn, key, restart)
+        if restart:
+            turn.marks[key] = mark._replace(changes=turn.changes)
+        if self.max_opaque_runs is not None and mark.opaque >= self.max_opaque_runs:
+            return True, RefusalKind.OPAQUE, mark.opaque
+        if count > limit:
+            return True, RefusalKind.FAILURE if mark.ok is False and not restart else RefusalKind.REPEAT, count
+        if mark.ok is True and not restart and self._writes_once(call):
+            return True, RefusalKind.DUPLICATE_WRITE, count
+        return False, RefusalKind.REPEAT, count
 
     def _key(self, call: ToolCall) -> str:
         return call_key(
@@ -318,13 +375,18 @@ class Policy(WholeModel):
     def _read_only(self, call: ToolCall) -> bool:
         return call.read_only if call.read_only is not None else call.name in self.read_only
 
-    def _count(self, state: GuardState, key: str, restart: bool) -> int:
+    def _writes_once(self, call: ToolCall) -> bool:
+        if call.destructive is True and call.idempotent is False:
+            return True
+        return call.name in self.destructive and call.read_only is not True and call.idempotent is not True
+
+    def _count(self, turn: Turn, key: str, restart: bool) -> int:
         """Count a call of ``key`` (from 1 again if ``restart``), keeping the window and ``max_keys``."""
-        counts = state.counts
+        counts = turn.counts
         previous = counts.pop(key, 0)
         window = self.window
         if window is not None:
-            recent = state.recent
+            recent = turn.recent
             if restart and previous:
                 recent[:] = [k for k in recent if k != key]  # its earlier calls no longer count
             while len(recent) >= window:  # the window is the last ``window`` calls, this one included
@@ -332,59 +394,53 @@ class Policy(WholeModel):
                 if oldest == key:
                     previous -= 1
                 else:
-                    self._decrement(counts, oldest)
+                    _decrement(turn, oldest)
             recent.append(key)
         count = 1 if restart else max(previous, 0) + 1
         counts[key] = count  # re-inserted: the most recently used key is last
         if len(counts) > self.max_keys:
             oldest = next(iter(counts))
             del counts[oldest]
-            state.marks.pop(oldest, None)
+            turn.marks.pop(oldest, None)
             if window is not None:
-                state.recent[:] = [k for k in state.recent if k != oldest]
+                turn.recent[:] = [k for k in turn.recent if k != oldest]
         return count
 
-    def _uncount(self, state: GuardState, key: str) -> None:
+    def _uncount(self, turn: Turn, key: str) -> None:
         if self.window is not None:
-            recent = state.recent
+            recent = turn.recent
             for index in range(len(recent) - 1, -1, -1):
                 if recent[index] == key:
                     del recent[index]
                     break
             else:
                 return  # already out of the window
-        self._decrement(state.counts, key)
+        _decrement(turn, key)
 
-    @staticmethod
-    def _decrement(counts: dict[str, int], key: str) -> None:
-        count = counts.get(key)
-        if count is None:
-            return
-        if count <= 1:
-            del counts[key]
-        else:
-            counts[key] = count - 1
-
-    def _progress(self, state: GuardState, call: ToolCall, key: str, ok: bool, result: Any) -> None:
+    def _progress(self, turn: Turn, call: ToolCall, key: str, ok: bool, result: Any) -> None:
         """``count="progress"``: record a run's outcome; a new result restarts its count, a change the others'."""
-        outcome = outcome_digest(ok, result, self.ignore_results)
-        mark = state.marks.get(key)
-        changes = state.changes if mark is None else mark.changes
+        outcome = outcome_digest(ok, result, self.ignore_results, mask_volatile=self.mask_volatile)
+        mark = turn.marks.get(key)
+        changes = turn.changes if mark is None else mark.changes
+        opaque = 0 if mark is None else mark.opaque
+        if outcome == UNKNOWN_OUTCOME:
+            opaque += 1
         new = mark is not None and mark.outcome is not None and (mark.outcome != outcome or outcome == UNKNOWN_OUTCOME)
-        if new and key in state.counts:
-            state.counts[key] = 1  # it returned something new: progress, so its count restarts
+        if new and key in turn.counts and not self._writes_once(call):
+            turn.counts[key] = 1  # it returned something new: progress, so its count restarts
             if self.window is not None:
-                recent = state.recent
+                recent = turn.recent
                 recent[:] = [k for k in recent if k != key]
                 recent.append(key)
-        if ok and not self._read_only(call):
-            if changes == state.changes:
+        repeat = mark is not None and mark.ok is True and changes == turn.changes
+        if ok and not self._read_only(call) and not (repeat and call.idempotent is True):
+            if changes == turn.changes:
                 changes += 1  # its own change does not restart its own count
-            state.changes += 1
-        if key in state.counts:
-            state.marks[key] = Mark(changes, outcome, ok)
+            turn.changes += 1
+        if key in turn.counts:
+            turn.marks[key] = Mark(changes=changes, outcome=outcome, ok=ok, opaque=opaque)
         if self.max_cycle_period is not None:
-            runs = state.runs
+            runs = turn.runs
             runs.append(key + outcome)
             if len(runs) > 2 * self.max_cycle_period:
                 del runs[0]
@@ -408,33 +464,17 @@ class Policy(WholeModel):
                 return period
         return None
 
-    def _tripped(self, state: GuardState) -> tuple[StopReason, str | None, float, float] | None:
-        if self.max_refusals is not None and state.refused_responses >= max(1, self.max_refusals):
-            reason = StopReason.REPEATED_CALL if self.max_refusals == 0 else StopReason.IGNORED_REFUSALS
-            return reason, state.last_refused, state.refused_responses, self.max_refusals
-        if self.max_errors_in_a_row is not None and state.errors_in_a_row >= self.max_errors_in_a_row:
-            return StopReason.TOO_MANY_ERRORS, state.last_failed, state.errors_in_a_row, self.max_errors_in_a_row
-        if self.max_model_calls is not None and state.model_calls >= self.max_model_calls:
-            return StopReason.MAX_STEPS, None, state.model_calls, self.max_model_calls
-        if self.max_model_seconds is not None and state.model_seconds > self.max_model_seconds:
-            return StopReason.TIME, None, state.model_seconds, self.max_model_seconds
-        if self.max_cost_usd is not None and state.cost_usd > self.max_cost_usd:
-            return StopReason.COST, None, state.cost_usd, self.max_cost_usd
-        return None
-
-    def _refusal(self, tool: str, count: int, why: str) -> Refusal:
+    def _refusal(self, tool: str, count: int, kind: RefusalKind) -> Refusal:
         limit = self.limits.get(tool, self.max_calls)
         if self.refusal_message is not None:
             template = self.refusal_message
-        elif why == _CYCLE:
-            template = REFUSE_CYCLE
-        elif why == _FORBIDDEN:
-            template = REFUSE_FORBIDDEN
-        elif why == _FAILURE:
-            template = REFUSE_SAME_FAILURE
+        elif kind is RefusalKind.REPEAT:
+            template = REPEAT_MESSAGES[self.count, self.match]
         else:
-            template = _REFUSALS[self.count, self.match]
-        return Refusal(message=render(template, tool, count, limit), reason=StopReason.REPEATED_CALL)
+            template = REFUSAL_MESSAGES[kind]
+        if kind is RefusalKind.OPAQUE:
+            limit = self.max_opaque_runs
+        return Refusal(message=render(template, tool, count, limit), reason=StopReason.REPEATED_CALL, kind=kind)
 
     def _event(
         self,
@@ -444,8 +484,11 @@ class Policy(WholeModel):
         tool: str | None,
         count: float,
         limit: float,
+        *,
         message: str | None = None,
+        refusal: RefusalKind | None = None,
     ) -> None:
+        turn = state.turn
         state.record(
             GuardEvent(
                 kind=kind,
@@ -453,21 +496,60 @@ class Policy(WholeModel):
                 tool=tool,
                 count=count,
                 limit=limit,
-                turn_id=state.turn_id,
-                turn=state.turn,
+                turn_id=turn.id,
+                turn=turn.number,
                 message=message,
+                refusal=refusal,
             )
         )
         log = logger.info if kind == "refusal" else logger.warning
         log(
-            "repeat_hooks %s: %s tool=%s count=%s limit=%s turn=%s",
+            "repeat_hooks %s: %s tool=%s count=%s limit=%s turn=%s%s",
             kind,
             reason.value,
             tool,
             count,
             limit,
-            state.turn_id if state.turn_id is not None else state.turn,
+            turn.id if turn.id is not None else turn.number,
+            f" rule={refusal.value}" if refusal is not None else "",
         )
+
+
+def _enter(state: GuardState, turn_id: str | None) -> Turn:
+    """The one turn-change path: a ``turn_id`` other than the current turn's starts that turn."""
+    turn = state.turn
+    if turn_id is not None and turn_id != turn.id:
+        state.start(turn_id)
+        turn = state.turn
+    return turn
+
+
+def _scoped(turn: Turn, call_id: str | None) -> str | None:
+    """The one de-duplication key of a call: its id within this turn and model response (SDKs reuse
+    ids such as ``call_0`` from one response to the next); ``None`` for no id or an empty one."""
+    if not call_id:
+        return None
+    return f"{call_id}@{turn.number}.{turn.responses}"
+
+
+def _seen_before(state: GuardState, delivery_id: str) -> bool:
+    """The one de-duplication path for outcomes and model calls: ``True`` if ``delivery_id`` was seen."""
+    if delivery_id in state.deliveries:
+        return True
+    state.remember(delivery_id, SEEN)
+    return False
+
+
+def _decrement(turn: Turn, key: str) -> None:
+    counts = turn.counts
+    count = counts.get(key)
+    if count is None:
+        return
+    if count <= 1:
+        del counts[key]
+        turn.marks.pop(key, None)  # a key no longer counted keeps no mark: the marks stay bounded
+    else:
+        counts[key] = count - 1
 
 
 _LARGEST = sys.float_info.max
@@ -476,7 +558,7 @@ _LARGEST = sys.float_info.max
 def _amount(value: Any, name: str) -> float:
     try:
         amount = float(value)
-    except (TypeError, ValueError):
+    except Exception:  # not a number, or a hostile __float__
         amount = math.nan
     if math.isnan(amount) or amount < 0:
         logger.warning("repeat_hooks: post_llm_call got %s=%r; counted as 0", name, value)

@@ -53,12 +53,11 @@ except ImportError as error:  # pragma: no cover - exercised in a subprocess by 
         "repeat_hooks.redis needs redis-py (>= 5.0): install it with pip install 'repeat-hooks[redis]'"
     ) from error
 
-from pydantic import ValidationError
 
-from .state import GuardState
-from .store import StoreContention, StoreUnavailable
+from .state import GuardState, load_state
+from .store import StateCorrupt, StoreContention, StoreUnavailable
 
-__all__ = ["DEFAULT_PREFIX", "DEFAULT_TTL", "RedisStore", "StoreContention", "StoreUnavailable"]
+__all__ = ["DEFAULT_PREFIX", "DEFAULT_TTL", "RedisStore", "StateCorrupt", "StoreContention", "StoreUnavailable"]
 
 T = TypeVar("T")
 _Waiting = tuple[Callable[[GuardState], Any], "asyncio.Future[Any]"]
@@ -419,10 +418,10 @@ class RedisStore:
         if not raw:
             return GuardState()
         try:
-            return GuardState.model_validate_json(raw)
-        except ValidationError as error:
+            return load_state(raw)
+        except StateCorrupt as error:
             self._cache.pop(name, None)
-            raise StoreUnavailable(f"{name!r} does not hold a valid GuardState: {error}") from error
+            raise StateCorrupt(f"{name!r}: {error}") from error
 
     def _remember(self, name: str, token: str, raw: str, shared: bool) -> None:
         """Keep what this store just wrote to ``name`` (and whether others write it too), in the LRU."""

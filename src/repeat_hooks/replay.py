@@ -13,8 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .call import ToolCall, call_key, outcome_digest
+from .call import ToolCall, call_key
 from .policy import Policy
+from .result import outcome_digest
 from .state import GuardState
 
 LOOP_RUNS = 3
@@ -91,8 +92,9 @@ def replay(policy: Policy, trajectories: Iterable[Trajectory], tally: Tally | No
 def replay_one(policy: Policy, trajectory: Trajectory, tally: Tally) -> None:
     """Replay one trajectory through ``policy`` into ``tally``.
 
-    Each response is decided as an SDK decides parallel calls: every call is checked first, then the
-    outcomes of those that ran are recorded. Each response counts one model call (no figures: the
+    Each response is decided as one batch (``decide_tool_calls``), then the outcomes of the calls that ran
+    are recorded. A refused call's recorded result is compared with the last one the model saw as the guard
+    compares results (volatile tokens masked). Each response counts one model call (no figures: the
     time and cost budgets cannot be replayed from a corpus that has none).
     """
     state = GuardState()
@@ -108,16 +110,17 @@ def replay_one(policy: Policy, trajectory: Trajectory, tally: Tally) -> None:
         order: list[tuple[str, str]] = []  # (full key, outcome) of every recorded call, for loops
         stopped = False
         for response in turn:
-            stopped = policy.check_model_call(state) is not None or stopped
+            stopped = policy.decide_model_call(state) is not None or stopped
             policy.record_model_call(state)
             ran: list[tuple[ToolCall, RecordedCall, str, str]] = []
-            for call in response:
+            tool_calls = [ToolCall(call.name, call.arguments, read_only=call.read_only) for call in response]
+            decisions = policy.decide_tool_calls(state, tool_calls)
+            for call, tool_call, decision in zip(response, tool_calls, decisions, strict=True):
                 tally.calls += 1
                 full = call_key(call.name, call.arguments)
                 outcome = outcome_digest(call.ok, call.result)
                 order.append((full, outcome))
-                tool_call = ToolCall(call.name, call.arguments, read_only=call.read_only)
-                if policy.check_tool_call(state, tool_call) is None:
+                if decision is None:
                     ran.append((tool_call, call, full, outcome))
                     continue
                 tally.refused += 1
@@ -130,11 +133,11 @@ def replay_one(policy: Policy, trajectory: Trajectory, tally: Tally) -> None:
                 if len(tally.examples) < MAX_EXAMPLES:
                     tally.examples.append(f"{trajectory.id} turn {number}: {call.name}")
             for tool_call, call, full, outcome in ran:
-                policy.record_tool_result(state, tool_call, call.ok, result=call.result)
+                policy.record_tool_result(state, tool_call, ok=call.ok, result=call.result)
                 seen[full] = outcome
         if any(turn):
             # the model's next call, for its answer: a stop there replaces the answer
-            stopped = policy.check_model_call(state) is not None or stopped
+            stopped = policy.decide_model_call(state) is not None or stopped
         tally.turns_stopped += stopped
         alarmed = alarmed or stopped or bool(refused_at)
         loop = _first_loop(order)

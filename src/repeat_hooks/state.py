@@ -1,12 +1,15 @@
-"""The guard's counters for one session: the current turn's counts and a bounded memory across turns."""
+"""The guard's state for one session: the current turn's counters and a bounded memory across turns."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
-from pydantic import BaseModel, Field
+from pydantic import Field, ValidationError, model_validator
 
-from .decision import Delivery, GuardEvent, Mark, Stop
+from .decision import GuardEvent, Stop
+from .store_errors import StateCorrupt
+from .turn import Turn
+from .whole import WholeModel
 
 MAX_DELIVERIES = 64
 """Delivery ids remembered for idempotency (oldest forgotten first)."""
@@ -14,89 +17,61 @@ MAX_EVENTS = 64
 """Refusal and stop events kept (oldest dropped first)."""
 
 
-class WholeModel(BaseModel):
-    """A model whose dumps are always whole: every field counts as set, so ``exclude_unset=True`` dumps
-    (the OpenAI Agents SDK's ``RunState.to_json()``, Temporal's OpenAI payload converter) keep the
-    counters instead of dropping every field still at its default."""
+class Delivery(NamedTuple):
+    """A decided delivery, remembered so that a second delivery of it is not counted again. Build it by keyword."""
 
-    def model_post_init(self, context: Any, /) -> None:
-        """Mark every field set (pydantic calls this after construction and validation)."""
-        self.__pydantic_fields_set__.update(type(self).model_fields)
+    tool: str
+    key: str
+    number: int
+    """The call's number for its key when it was decided."""
+    refused: bool
+    settled: bool
+    """Its outcome was recorded (``post_tool_call``)."""
+    why: str = ""
+    """For a refused call, the ``RefusalKind`` value of the rule that refused it."""
+
+
+SEEN = Delivery(tool="", key="", number=0, refused=False, settled=True)
+"""What the ``delivery_id`` of an outcome or a model call is remembered as: only that it was seen matters."""
+
+_TURN_FIELDS = frozenset(Turn.model_fields) - {"id", "number"}
 
 
 class GuardState(WholeModel):
     """Everything the guard counts. Serializable: ``model_validate_json(model_dump_json())`` is exact.
 
-    Holds digests and tool names, never argument values.
+    Holds digests, tool names and ids, never argument or result values. A state saved by 0.1 (the
+    per-turn counters at the top level) loads as it was.
     """
 
-    turn_id: str | None = None
-    """The current turn's id, as the adapter gave it (``None`` for turns started without one)."""
-    turn: int = 0
-    """How many turns this state has seen; the current turn's number."""
-    counts: dict[str, int] = Field(default_factory=dict)
-    """This turn: call key digest -> calls counted (oldest-used first; capped at ``max_keys``)."""
-    marks: dict[str, Mark] = Field(default_factory=dict)
-    """This turn, with ``count="progress"``: call key digest -> what its last run saw and returned (same keys
-    as ``counts``)."""
-    changes: int = 0
-    """This turn, with ``count="progress"``: successful runs of calls that may change state."""
-    runs: list[str] = Field(default_factory=list)
-    """This turn, with ``count="progress"``: the last runs (key and outcome digests), for cycles."""
-    recent: list[str] = Field(default_factory=list)
-    """This turn, with ``window`` set: the keys of the last counted calls, oldest first."""
-    refusals: int = 0
-    """This turn: calls refused."""
-    responses: int = 0
-    """This turn: model calls let through by ``pre_llm_call``; numbers the model's responses."""
-    refused_responses: int = 0
-    """This turn: model responses with at least one refused call (what ``max_refusals`` counts)."""
-    refused_in: int = -1
-    """This turn: the response (``responses``) in which the last refusal was counted; -1 for none."""
-    last_refused: str | None = None
-    """This turn: the tool refused last."""
-    errors_in_a_row: int = 0
-    """This turn: failed calls since the last success."""
-    last_failed: str | None = None
-    """This turn: the tool that failed last."""
-    model_calls: int = 0
-    """This turn: model calls recorded by ``post_llm_call``."""
-    model_seconds: float = 0.0
-    """This turn: model time recorded by ``post_llm_call`` (recorded values, never a clock)."""
-    cost_usd: float = 0.0
-    """This turn: cost recorded by ``post_llm_call``."""
-    stop: Stop | None = None
-    """This turn's stop, once ``pre_llm_call`` has ended it."""
+    turn: Turn = Field(default_factory=Turn)
+    """The current turn's counters (a fresh ``Turn`` at every new turn)."""
     deliveries: dict[str, Delivery] = Field(default_factory=dict)
     """Recently decided delivery ids (at most ``MAX_DELIVERIES``), across turns."""
     events: list[GuardEvent] = Field(default_factory=list)
     """The last ``MAX_EVENTS`` refusals and stops, across turns."""
 
-    def reset_turn(self, turn_id: str | None) -> None:
-        """Start turn ``turn_id``: clear the per-turn counters, keep deliveries and events."""
-        self.turn_id = turn_id
-        self.turn += 1
-        self.counts.clear()
-        self.marks.clear()
-        self.changes = 0
-        self.runs.clear()
-        self.recent.clear()
-        self.refusals = 0
-        self.responses = 0
-        self.refused_responses = 0
-        self.refused_in = -1
-        self.last_refused = None
-        self.errors_in_a_row = 0
-        self.last_failed = None
-        self.model_calls = 0
-        self.model_seconds = 0.0
-        self.cost_usd = 0.0
-        self.stop = None
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate(cls, data: Any) -> Any:
+        """A 0.1 state kept the turn's counters at the top level (``turn`` was its number): nest them."""
+        if isinstance(data, dict) and (isinstance(data.get("turn"), int) or "counts" in data):
+            data = dict(data)
+            turn = {name: data.pop(name) for name in list(data) if name in _TURN_FIELDS}
+            turn["id"] = data.pop("turn_id", None)
+            turn["number"] = data.pop("turn", 0)
+            data["turn"] = turn
+        return data
+
+    def start(self, turn_id: str | None) -> None:
+        """Start turn ``turn_id``: a fresh ``Turn``; deliveries and events are kept."""
+        self.turn = Turn(id=turn_id, number=self.turn.number + 1)
 
     def stop_of(self, turn_id: str) -> Stop | None:
         """How turn ``turn_id`` was stopped, from the kept events; ``None`` if it was not (or is forgotten)."""
-        if self.stop is not None and self.turn_id == turn_id:
-            return self.stop
+        turn = self.turn
+        if turn.stop is not None and turn.id == turn_id:
+            return turn.stop
         for event in reversed(self.events):
             if event.kind == "stop" and event.turn_id == turn_id:
                 return event.as_stop()
@@ -114,3 +89,30 @@ class GuardState(WholeModel):
         self.events.append(event)
         if len(self.events) > MAX_EVENTS:
             del self.events[0]
+
+
+def load_state(stored: str | bytes | bytearray | dict[str, Any] | GuardState | None) -> GuardState:
+    """A ``GuardState`` from what an SDK or a store kept: JSON text or bytes, a dict, a state, or ``None``.
+
+    ``None`` (nothing kept yet) gives a fresh state; a ``GuardState`` is returned as it is. Anything that
+    is not a valid state raises ``StateCorrupt`` (a ``StoreUnavailable``) saying where it came from and how
+    to recover, so an adapter treats it as it treats a store that cannot decide.
+    """
+    if stored is None:
+        return GuardState()
+    if isinstance(stored, GuardState):
+        return stored
+    try:
+        if isinstance(stored, (str, bytes, bytearray)):
+            return GuardState.model_validate_json(stored)
+        if isinstance(stored, dict):
+            return GuardState.model_validate(stored)
+    except (ValidationError, ValueError, RecursionError) as error:
+        raise StateCorrupt(
+            f"the stored guard state is not a repeat-hooks GuardState ({type(error).__name__}: "
+            f"{str(error).splitlines()[0]}); delete it to start this conversation's counts afresh"
+        ) from error
+    raise StateCorrupt(
+        f"the stored guard state is a {type(stored).__name__}, not JSON or a dict; delete it to start this "
+        "conversation's counts afresh"
+    )

@@ -13,23 +13,11 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar, runtime_checkable
 
 from .state import GuardState
+from .store_errors import StateCorrupt, StoreContention, StoreUnavailable
+
+__all__ = ["MemoryStore", "StateCorrupt", "StateStore", "StoreContention", "StoreUnavailable"]
 
 T = TypeVar("T")
-
-
-class StoreUnavailable(RuntimeError):
-    """The store could not decide: its server is unreachable, timed out, answered an error, or holds a
-    state that is not a ``GuardState``. The cause is chained (``__cause__``).
-
-    After a timeout or a lost connection, the write may or may not have happened. Adapters catch this
-    to fail open (let the call run, log the error) or fail closed (refuse it). Shared stores raise it;
-    it lives here so that adapters can catch it without the store's optional dependencies.
-    """
-
-
-class StoreContention(StoreUnavailable):
-    """Other writers kept the session busy: ``max_attempts`` compare-and-sets lost, or ``max_wait`` seconds
-    spent waiting for their leases. Nothing was written by this update."""
 
 
 @runtime_checkable

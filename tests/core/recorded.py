@@ -31,12 +31,12 @@ class Run:
 
 def play(guard: StopRepeatedCalls, steps: list[Step], turn_id: str = "turn") -> Run:
     """Drive ``guard`` through ``steps``; returns how the run ended and after how many model calls."""
-    guard.pre_agent_turn(turn_id)
+    guard.pre_agent_turn(turn_id=turn_id)
     ran: list[str] = []
     for number, step in enumerate(steps, start=1):
         stop = guard.pre_llm_call()
         if stop is not None:
-            return Run(stop.reason.value, number - 1, ran, guard.state.model_seconds)
+            return Run(stop.reason.value, number - 1, ran, guard.state.turn.model_seconds)
         guard.post_llm_call(seconds=step.seconds, cost_usd=step.cost_usd)
         call = ToolCall(step.tool, step.arguments)
         if guard.pre_tool_call(call) is not None:
@@ -44,6 +44,6 @@ def play(guard: StopRepeatedCalls, steps: list[Step], turn_id: str = "turn") -> 
         ran.append(step.tool)
         guard.post_tool_call(call, ok=step.ok)
         if step.tool == "finish" and step.ok:
-            return Run("finished", number, ran, guard.state.model_seconds)
+            return Run("finished", number, ran, guard.state.turn.model_seconds)
     stop = guard.pre_llm_call()
-    return Run(stop.reason.value if stop else "out_of_steps", len(steps), ran, guard.state.model_seconds)
+    return Run(stop.reason.value if stop else "out_of_steps", len(steps), ran, guard.state.turn.model_seconds)

@@ -28,7 +28,7 @@ def test_infinite_or_overflowing_figures_keep_a_state_that_round_trips(figures: 
     guard.post_llm_call(**figures)
     restored = StopRepeatedCalls.model_validate_json(guard.model_dump_json())
     assert restored == guard
-    assert math.isfinite(restored.state.model_seconds) and math.isfinite(restored.state.cost_usd)
+    assert math.isfinite(restored.state.turn.model_seconds) and math.isfinite(restored.state.turn.cost_usd)
     stop = restored.pre_llm_call()
     assert stop is not None and stop.reason in (StopReason.TIME, StopReason.COST)
 
@@ -36,7 +36,7 @@ def test_infinite_or_overflowing_figures_keep_a_state_that_round_trips(figures: 
 def test_nan_figures_count_as_nothing() -> None:
     guard = StopRepeatedCalls(max_model_seconds=1)
     guard.post_llm_call(seconds=math.nan, cost_usd=-1)
-    assert guard.state.model_seconds == 0 and guard.state.cost_usd == 0
+    assert guard.state.turn.model_seconds == 0 and guard.state.turn.cost_usd == 0
     assert guard.pre_llm_call() is None
 
 
@@ -72,7 +72,7 @@ def test_post_tool_call_records_a_success_by_default() -> None:
     guard.post_tool_call(other(1), ok=False)
     guard.post_tool_call(other(2))
     guard.post_tool_call(other(3), ok=False)
-    assert guard.state.errors_in_a_row == 1
+    assert guard.state.turn.errors_in_a_row == 1
     assert guard.pre_llm_call() is None
 
 
@@ -120,10 +120,10 @@ def test_max_keys_eviction_keeps_the_window_consistent() -> None:
     for call in (SEARCH, other(1), other(2), SEARCH, SEARCH):
         guard.pre_tool_call(call)
     state = guard.state
-    assert len(state.counts) <= 2
-    assert set(state.recent) <= set(state.counts)
-    assert sum(state.counts.values()) == len(state.recent)
-    assert state.counts[call_key("search", {"q": "hammock"})] == 2  # the evicted search started again
+    assert len(state.turn.counts) <= 2
+    assert set(state.turn.recent) <= set(state.turn.counts)
+    assert sum(state.turn.counts.values()) == len(state.turn.recent)
+    assert state.turn.counts[call_key("search", {"q": "hammock"})] == 2  # the evicted search started again
 
 
 # -- keys ------------------------------------------------------------------------------------------
@@ -161,15 +161,15 @@ def test_an_object_twice_is_not_a_cycle_and_is_encoded_in_full() -> None:
 
 def test_a_new_turn_resets_every_per_turn_counter() -> None:
     guard = StopRepeatedCalls(count="per_turn", window=4, max_calls=1, max_refusals=1)
-    guard.pre_agent_turn("t1")
+    guard.pre_agent_turn(turn_id="t1")
     guard.pre_tool_call(SEARCH)
     guard.pre_tool_call(SEARCH)
     guard.post_tool_call(other(1), ok=False)
     guard.post_llm_call(seconds=3, cost_usd=0.25)
     assert guard.pre_llm_call() is not None
-    guard.pre_agent_turn("t2")
+    guard.pre_agent_turn(turn_id="t2")
     assert guard.state.model_dump(include=set(PER_TURN)) == GuardState().model_dump(include=set(PER_TURN))
-    assert guard.state.turn == 2 and guard.state.turn_id == "t2"
+    assert guard.state.turn.number == 2 and guard.state.turn.id == "t2"
 
 
 PER_TURN = (
@@ -217,30 +217,30 @@ def test_hostile_objects_and_odd_ids_never_break_the_guard() -> None:
 
 def test_the_guards_hooks_pass_the_turn_id_on() -> None:
     guard = StopRepeatedCalls(max_model_calls=1)
-    guard.pre_agent_turn("t1")
+    guard.pre_agent_turn(turn_id="t1")
     guard.post_llm_call()
-    assert guard.pre_llm_call("t1") is not None
-    assert guard.pre_llm_call("t2") is None  # a new turn id starts that turn
+    assert guard.pre_llm_call(turn_id="t1") is not None
+    assert guard.pre_llm_call(turn_id="t2") is None  # a new turn id starts that turn
     guard.post_tool_call(other(1), ok=False, turn_id="t3")
-    assert guard.state.turn_id == "t3" and guard.state.errors_in_a_row == 1
+    assert guard.state.turn.id == "t3" and guard.state.turn.errors_in_a_row == 1
     guard.post_llm_call(turn_id="t4")
-    assert guard.state.turn_id == "t4" and guard.state.model_calls == 1
+    assert guard.state.turn.id == "t4" and guard.state.turn.model_calls == 1
 
 
 def test_post_llm_call_counts_nothing_but_the_call_by_default() -> None:
     guard = StopRepeatedCalls()
     guard.post_llm_call()
-    assert (guard.state.model_calls, guard.state.model_seconds, guard.state.cost_usd) == (1, 0.0, 0.0)
+    assert (guard.state.turn.model_calls, guard.state.turn.model_seconds, guard.state.turn.cost_usd) == (1, 0.0, 0.0)
 
 
 def test_stop_of_reads_the_current_stop_only_for_its_own_turn() -> None:
     guard = StopRepeatedCalls(max_model_calls=1)
-    guard.pre_agent_turn("t1")
+    guard.pre_agent_turn(turn_id="t1")
     guard.post_llm_call()
     stop = guard.pre_llm_call()
     assert stop is not None and guard.stop_of("t1") == stop
     assert guard.stop_of("t0") is None
-    guard.pre_agent_turn("t2")
+    guard.pre_agent_turn(turn_id="t2")
     assert guard.stop_of("t2") is None and guard.stop_of("t1") == stop  # from the kept event
 
 
@@ -251,7 +251,7 @@ def test_events_keep_the_newest_64() -> None:
     for n in range(MAX_EVENTS + 6):
         guard.pre_tool_call(ToolCall("t", {"n": n}))
     assert len(guard.events) == MAX_EVENTS
-    assert guard.events[0].count == 1 and guard.state.refusals == MAX_EVENTS + 6
+    assert guard.events[0].count == 1 and guard.state.turn.refusals == MAX_EVENTS + 6
 
 
 def test_an_event_that_is_a_refusal_is_no_stop() -> None:
@@ -272,7 +272,7 @@ def test_an_outcome_delivered_twice_by_its_own_id_counts_once() -> None:
     guard = StopRepeatedCalls(max_errors_in_a_row=5)
     for _ in range(3):
         guard.post_tool_call(other(1), ok=False, delivery_id="outcome-1")
-    assert guard.state.errors_in_a_row == 1
+    assert guard.state.turn.errors_in_a_row == 1
     assert guard.pre_tool_call(ToolCall("fetch", {"page": 1}, call_id="outcome-1")) is None  # not a call's id
 
 
@@ -280,9 +280,9 @@ def test_a_model_call_delivered_twice_counts_once_and_responses_are_numbered() -
     guard = StopRepeatedCalls()
     for _ in range(3):
         guard.post_llm_call(seconds=1, delivery_id="m1")
-    assert guard.state.model_calls == 1 and guard.state.model_seconds == 1
+    assert guard.state.turn.model_calls == 1 and guard.state.turn.model_seconds == 1
     assert guard.pre_llm_call() is None and guard.pre_llm_call() is None
-    assert guard.state.responses == 2
+    assert guard.state.turn.responses == 2
 
 
 def test_an_exempt_tool_that_ran_restarts_the_other_counts_unless_read_only() -> None:
@@ -296,20 +296,20 @@ def test_an_exempt_tool_that_ran_restarts_the_other_counts_unless_read_only() ->
         assert (guard.pre_tool_call(SEARCH) is None) is expected
     guard = StopRepeatedCalls(exempt={"wait"})
     guard.post_tool_call(wait, ok=False)
-    assert guard.state.changes == 0  # a failed wait changed nothing
+    assert guard.state.turn.changes == 0  # a failed wait changed nothing
     guard.post_tool_call(wait)
     guard.post_tool_call(wait)
-    assert guard.state.changes == 2
+    assert guard.state.turn.changes == 2
 
 
 def test_per_turn_counting_records_failures_only_to_take_them_back() -> None:
     guard = StopRepeatedCalls(count="per_turn", max_calls=1, count_failures=False, window=4)
     assert guard.pre_tool_call(SEARCH) is None
     guard.post_tool_call(SEARCH, ok=False)
-    assert guard.state.counts == {} and guard.state.recent == []
+    assert guard.state.turn.counts == {} and guard.state.turn.recent == []
     assert guard.pre_tool_call(SEARCH) is None
     guard.post_tool_call(SEARCH, ok=True)
-    assert list(guard.state.counts.values()) == [1] and guard.pre_tool_call(SEARCH) is not None
+    assert list(guard.state.turn.counts.values()) == [1] and guard.pre_tool_call(SEARCH) is not None
 
 
 def test_taking_a_failure_back_lowers_its_count_by_one() -> None:
@@ -317,7 +317,8 @@ def test_taking_a_failure_back_lowers_its_count_by_one() -> None:
     for _ in range(3):
         guard.pre_tool_call(SEARCH)
     guard.post_tool_call(SEARCH, ok=False)
-    assert list(guard.state.counts.values()) == [2] and guard.state.recent.count(guard.state.recent[0]) == 2
+    turn = guard.state.turn
+    assert list(turn.counts.values()) == [2] and turn.recent.count(turn.recent[0]) == 2
 
 
 def test_a_window_drops_the_oldest_call_of_the_same_key() -> None:
@@ -325,7 +326,7 @@ def test_a_window_drops_the_oldest_call_of_the_same_key() -> None:
     decisions = [guard.pre_tool_call(c) is None for c in (SEARCH, other(1), SEARCH, SEARCH, SEARCH)]
     # the 4th call: the window (calls 2-4) holds 2 searches; the 5th: calls 3-5 hold 3
     assert decisions == [True, True, True, True, False]
-    assert guard.state.counts[call_key("search", {"q": "hammock"})] == 3
+    assert guard.state.turn.counts[call_key("search", {"q": "hammock"})] == 3
 
 
 def test_a_new_result_inside_a_window_keeps_one_entry_for_its_call() -> None:
@@ -333,7 +334,7 @@ def test_a_new_result_inside_a_window_keeps_one_entry_for_its_call() -> None:
     for result in ("a", "b", "c"):
         guard.pre_tool_call(SEARCH)
         guard.post_tool_call(SEARCH, result=result)
-    assert guard.state.recent == [call_key("search", {"q": "hammock"})]
+    assert guard.state.turn.recent == [call_key("search", {"q": "hammock"})]
 
 
 def test_runs_keep_two_passes_of_the_longest_cycle_newest_last() -> None:
@@ -341,9 +342,9 @@ def test_runs_keep_two_passes_of_the_longest_cycle_newest_last() -> None:
     for n in range(9):
         guard.pre_tool_call(other(n))
         guard.post_tool_call(other(n), result=n)
-    assert len(guard.state.runs) == 4
-    assert guard.state.runs[-1].startswith(call_key("fetch", {"page": 8}))
-    assert guard.state.runs[0].startswith(call_key("fetch", {"page": 5}))
+    assert len(guard.state.turn.runs) == 4
+    assert guard.state.turn.runs[-1].startswith(call_key("fetch", {"page": 8}))
+    assert guard.state.turn.runs[0].startswith(call_key("fetch", {"page": 5}))
 
 
 def test_memory_store_bounds_and_copies() -> None:
@@ -355,12 +356,12 @@ def test_memory_store_bounds_and_copies() -> None:
         MemoryStore(0)
     store = MemoryStore(1)
     assert store.evictions == 0
-    store.update_now("a", lambda state: state.reset_turn("x"))
-    store.update_now("b", lambda state: state.reset_turn("y"))
+    store.update_now("a", lambda state: state.start("x"))
+    store.update_now("b", lambda state: state.start("y"))
     store.update_now("c", lambda state: None)
     assert len(store) == 1 and store.evictions == 2
     loaded = asyncio.run(store.load("c"))
     assert loaded is not None
-    loaded.counts["k"] = 1
+    loaded.turn.counts["k"] = 1
     again = asyncio.run(store.load("c"))
-    assert again is not None and again.counts == {}
+    assert again is not None and again.turn.counts == {}

@@ -173,13 +173,13 @@ def test_object_keys_of_other_types_are_written_as_json_writes_them() -> None:
 
 def test_lone_surrogates_never_raise() -> None:
     assert len(call_key("a", "\ud800")) == 32
-    from repeat_hooks.call import outcome_digest
+    from repeat_hooks.result import outcome_digest
 
     assert len(outcome_digest(True, "\udfff")) == 16
 
 
 def test_an_outcome_digest_tells_success_from_failure_and_markup_from_objects() -> None:
-    from repeat_hooks.call import UNKNOWN_OUTCOME, outcome_digest
+    from repeat_hooks.result import UNKNOWN_OUTCOME, outcome_digest
 
     assert outcome_digest(True, "x") != outcome_digest(False, "x")
     assert outcome_digest(True, '"<b>bold</b>"') != UNKNOWN_OUTCOME  # markup, not an object stand-in

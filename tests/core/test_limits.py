@@ -11,7 +11,7 @@ def allowed(guard: StopRepeatedCalls, *calls: ToolCall) -> list[bool]:
 
 
 def track(number: str = "FR-7731", call_id: str | None = None) -> ToolCall:
-    return ToolCall("track_parcel", {"tracking_number": number}, call_id)
+    return ToolCall("track_parcel", {"tracking_number": number}, call_id=call_id)
 
 
 def test_default_refuses_the_third_identical_call() -> None:
@@ -39,7 +39,7 @@ def test_exempt_tools_are_never_refused_nor_counted() -> None:
     guard = StopRepeatedCalls(exempt={"wait_for_job"}, max_calls=1)
     wait = ToolCall("wait_for_job", {"job": 7})
     assert allowed(guard, *[wait] * 50) == [True] * 50
-    assert guard.state.counts == {}
+    assert guard.state.turn.counts == {}
 
 
 def test_refusals_carry_the_tool_count_and_limit_in_the_message() -> None:
@@ -65,8 +65,8 @@ def test_failure_uncounting_uses_the_delivery_when_there_is_one() -> None:
     guard = StopRepeatedCalls(max_calls=1, count_failures=False)
     for n in range(5):
         assert guard.pre_tool_call(track(call_id=f"c{n}")) is None
-        guard.post_tool_call(ToolCall("track_parcel", "arguments not passed again", f"c{n}"), ok=False)
-    assert guard.state.counts == {}
+        guard.post_tool_call(ToolCall("track_parcel", "arguments not passed again", call_id=f"c{n}"), ok=False)
+    assert guard.state.turn.counts == {}
 
 
 def test_failure_uncounting_within_a_window() -> None:
@@ -74,14 +74,14 @@ def test_failure_uncounting_within_a_window() -> None:
     for _ in range(4):
         assert guard.pre_tool_call(track()) is None
         guard.post_tool_call(track(), ok=False)
-    assert guard.state.recent == []
+    assert guard.state.turn.recent == []
 
 
 def test_errors_in_a_row_end_the_turn_and_a_success_resets_them() -> None:
     guard = StopRepeatedCalls(max_errors_in_a_row=3)
     for n, ok in enumerate([False, False, True, False, False]):
         guard.post_tool_call(track(str(n)), ok=ok)
-    assert guard.state.errors_in_a_row == 2 and guard.pre_llm_call() is None
+    assert guard.state.turn.errors_in_a_row == 2 and guard.pre_llm_call() is None
     guard.post_tool_call(track("x"), ok=False)
     stop = guard.pre_llm_call()
     assert stop is not None and stop.reason == "too_many_errors"
@@ -91,7 +91,7 @@ def test_errors_in_a_row_end_the_turn_and_a_success_resets_them() -> None:
 def test_distinct_keys_are_capped_oldest_used_first() -> None:
     guard = StopRepeatedCalls(max_keys=3, max_calls=1)
     assert allowed(guard, track("A"), track("B"), track("C"), track("A"), track("D")) == [True, True, True, False, True]
-    assert len(guard.state.counts) == 3
+    assert len(guard.state.turn.counts) == 3
     # A was used again after B, so B was the one forgotten: B runs again, A is still remembered
     assert allowed(guard, track("A")) == [False]
     assert allowed(guard, track("B")) == [True]
@@ -101,6 +101,6 @@ def test_state_stays_bounded_under_many_distinct_calls() -> None:
     guard = StopRepeatedCalls(max_keys=100)
     for n in range(5_000):
         guard.pre_tool_call(ToolCall("search", {"q": n}, call_id=f"c{n}"))
-    assert len(guard.state.counts) == 100
+    assert len(guard.state.turn.counts) == 100
     assert len(guard.state.deliveries) == MAX_DELIVERIES
     assert len(guard.model_dump_json()) < 40_000

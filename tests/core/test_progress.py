@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from repeat_hooks import Policy, StopReason, StopRepeatedCalls, ToolCall
+from repeat_hooks import Policy, RefusalKind, StopReason, StopRepeatedCalls, ToolCall
 from repeat_hooks.messages import REFUSE_CYCLE, REFUSE_NO_PROGRESS, REFUSE_SAME_FAILURE
 
 STATUS = ToolCall("get_status", {"line": 7})
@@ -147,7 +147,7 @@ def test_cycle_detection_can_be_switched_off() -> None:
     guard = StopRepeatedCalls(max_cycle_period=None)
     for _ in range(3):
         assert run(guard, STATUS) and run(guard, FIX)
-    assert guard.state.runs == []
+    assert guard.state.turn.runs == []
 
 
 def test_a_redelivered_cycle_refusal_gets_the_same_text() -> None:
@@ -157,7 +157,7 @@ def test_a_redelivered_cycle_refusal_gets_the_same_text() -> None:
     again = ToolCall("get_status", {"line": 7}, call_id="c9")
     first, second = guard.pre_tool_call(again), guard.pre_tool_call(again)
     assert first is not None and first == second and first.message.startswith("Refused: the last 2 calls")
-    assert guard.state.refusals == 1
+    assert guard.state.turn.refusals == 1
 
 
 def test_an_exempt_tool_between_polls_restarts_their_count() -> None:
@@ -209,11 +209,11 @@ def test_a_write_repeated_with_nothing_else_between_is_refused() -> None:
 
 def test_a_new_turn_forgets_progress() -> None:
     guard = StopRepeatedCalls()
-    guard.pre_agent_turn("t1")
+    guard.pre_agent_turn(turn_id="t1")
     for _ in range(2):
         assert run(guard, STATUS) and run(guard, FIX)
-    guard.pre_agent_turn("t2")
-    assert guard.state.marks == {} and guard.state.runs == [] and guard.state.changes == 0
+    guard.pre_agent_turn(turn_id="t2")
+    assert guard.state.turn.marks == {} and guard.state.turn.runs == [] and guard.state.turn.changes == 0
     assert run(guard, STATUS)
 
 
@@ -221,8 +221,8 @@ def test_max_keys_forgets_the_marks_with_the_counts() -> None:
     guard = StopRepeatedCalls(max_keys=2)
     for n in range(5):
         assert run(guard, ToolCall("lookup", {"n": n}))
-    assert len(guard.state.counts) == len(guard.state.marks) == 2
-    assert set(guard.state.counts) == set(guard.state.marks)
+    assert len(guard.state.turn.counts) == len(guard.state.turn.marks) == 2
+    assert set(guard.state.turn.counts) == set(guard.state.turn.marks)
 
 
 def test_ignore_results_makes_a_new_order_id_the_same_result() -> None:
@@ -234,7 +234,7 @@ def test_ignore_results_makes_a_new_order_id_the_same_result() -> None:
     assert outcomes == [True, True, False, False]
 
 
-def test_a_result_with_no_json_form_is_never_the_same_result() -> None:
+def test_a_result_with_no_stable_form_is_new_every_time_up_to_the_cap() -> None:
     class Screenshot:  # an image, an SDK object: nothing to compare
         pass
 
@@ -242,17 +242,21 @@ def test_a_result_with_no_json_form_is_never_the_same_result() -> None:
     shot, click = ToolCall("screenshot", {}), ToolCall("click", {"id": "next"})
     for _ in range(3):
         assert run(guard, shot, Screenshot()) and run(guard, click, "clicked")
-    assert [run(guard, shot, Screenshot()) for _ in range(3)] == [True] * 3
+    assert [run(guard, shot, Screenshot()) for _ in range(3)] == [True, True, False]  # 5 runs, then the cap
+    assert guard.events[-1].refusal is RefusalKind.OPAQUE
+    assert "5 times" in guard.pre_tool_call(shot).message  # type: ignore[union-attr]
+    uncapped = StopRepeatedCalls(max_opaque_runs=None)
+    assert all(run(uncapped, shot, Screenshot()) for _ in range(10))
 
 
 def test_a_call_id_reused_by_another_call_is_decided_afresh() -> None:
     guard = StopRepeatedCalls(max_calls=1)
-    guard.pre_agent_turn("t1")
+    guard.pre_agent_turn(turn_id="t1")
     assert guard.pre_tool_call(ToolCall("track", {"n": 1}, call_id="call_2")) is None
     assert guard.pre_tool_call(ToolCall("track", {"n": 1}, call_id="call_3")) is not None
-    guard.pre_agent_turn("t2")
+    guard.pre_agent_turn(turn_id="t2")
     assert guard.pre_tool_call(ToolCall("get_weather", {"city": "Paris"}, call_id="call_3")) is None
-    assert guard.state.refusals == 0
+    assert guard.state.turn.refusals == 0
 
 
 def test_a_custom_refusal_text_is_used_for_cycles_too() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from repeat_hooks import Policy
-from repeat_hooks.cli import main, parse_record
+from repeat_hooks.cli import main, parse_record, read_trajectories
 from repeat_hooks.replay import RecordedCall, Trajectory, replay
 
 CORPUS = Path(__file__).resolve().parents[2] / "bench" / "corpora" / "tau2.jsonl.gz"
@@ -168,6 +168,20 @@ def test_the_default_on_the_tau2_corpus(capsys: pytest.CaptureFixture[str]) -> N
     assert result["successful_with_refusal"] <= 5
     assert result["harmful_in_successful"] == 0
     assert result["waste_prevented"] >= 890
+
+
+def test_the_tau2_corpus_with_a_fresh_request_id_in_every_result() -> None:
+    # bench/replay_tau2.py prints these figures; real tools stamp every result with a fresh id.
+    sys.path.insert(0, str(CORPUS.parents[1]))
+    try:
+        from replay_tau2 import stamped  # type: ignore[import-not-found]
+    finally:
+        sys.path.pop(0)
+    trajectories = [stamped(trajectory) for trajectory in read_trajectories(CORPUS)]
+    masked = replay(Policy(), trajectories)
+    assert masked.successful_with_refusal <= 5 and masked.harmful_in_successful == 0
+    assert masked.waste_prevented >= 800
+    assert replay(Policy(mask_volatile=False), trajectories).waste_prevented == 0  # what the mask saves
 
 
 def chat(*turns: list[list[tuple[str, str, str]]]) -> list[dict[str, Any]]:

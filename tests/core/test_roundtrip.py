@@ -64,14 +64,14 @@ policies = st.fixed_dictionaries(
 def apply(guard: StopRepeatedCalls, event: tuple[Any, ...]) -> object:
     kind = event[0]
     if kind == "tool":
-        return guard.pre_tool_call(ToolCall(event[1], event[2], event[3], event[4]))
+        return guard.pre_tool_call(ToolCall(event[1], event[2], call_id=event[3], read_only=event[4]))
     if kind == "result":
-        call = ToolCall(event[1], {}, event[4] if event[4] != "o1" else None)
+        call = ToolCall(event[1], {}, call_id=event[4] if event[4] != "o1" else None)
         return guard.post_tool_call(call, ok=event[2], result=event[3], delivery_id="o1" if event[4] == "o1" else None)
     if kind == "llm":
         return guard.post_llm_call(seconds=event[1], cost_usd=event[2])
     if kind == "turn":
-        return guard.pre_agent_turn(event[1])
+        return guard.pre_agent_turn(turn_id=event[1])
     return guard.pre_llm_call()
 
 
@@ -102,10 +102,10 @@ def test_arbitrary_arguments_never_raise(arguments: Any, name: str) -> None:
 def test_a_dump_that_excludes_unset_fields_still_keeps_the_counters() -> None:
     # The OpenAI Agents SDK's RunState.to_json() and Temporal's OpenAI payload converter dump this way.
     guard = StopRepeatedCalls(match="tool", max_calls=1)
-    guard.pre_agent_turn("t1")
+    guard.pre_agent_turn(turn_id="t1")
     guard.pre_tool_call(ToolCall("track_parcel", {"n": 1}))
     guard.pre_tool_call(ToolCall("track_parcel", {"n": 1}))
     restored = StopRepeatedCalls.model_validate(guard.model_dump(exclude_unset=True))
-    assert restored == guard and restored.state.refusals == 1 and restored.match == "tool"
+    assert restored == guard and restored.state.turn.refusals == 1 and restored.policy.match == "tool"
     fresh = StopRepeatedCalls.model_validate_json(StopRepeatedCalls().model_dump_json(exclude_unset=True))
     assert fresh == StopRepeatedCalls()

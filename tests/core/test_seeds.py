@@ -15,7 +15,7 @@ from .recorded import Step, play
 
 def test_seed_000_identical_calls_refused_past_three() -> None:
     guard = StopRepeatedCalls(count="per_turn", max_calls=3)
-    guard.pre_agent_turn("t1")
+    guard.pre_agent_turn(turn_id="t1")
     order = {"symbol": "ACME", "side": "buy", "quantity": 10}
     decisions = [guard.pre_tool_call(ToolCall("place_order", dict(reversed(order.items())))) for _ in range(5)]
     assert [d is None for d in decisions] == [True, True, True, False, False]
@@ -25,7 +25,7 @@ def test_seed_000_identical_calls_refused_past_three() -> None:
     assert "earlier results" in refusal.message
     # other arguments are another call; a new turn forgets
     assert guard.pre_tool_call(ToolCall("place_order", {**order, "quantity": 11})) is None
-    guard.pre_agent_turn("t2")
+    guard.pre_agent_turn(turn_id="t2")
     assert guard.pre_tool_call(ToolCall("place_order", order)) is None
 
 
@@ -193,10 +193,10 @@ def test_seed_002_the_cost_cap_stops_after_the_call_that_crossed_it() -> None:
 
 def test_seed_003_a_message_redelivered_under_one_id_counts_once() -> None:
     guard = StopRepeatedCalls(max_model_calls=2)
-    guard.pre_agent_turn("flow")
+    guard.pre_agent_turn(turn_id="flow")
     for delivery in ["m1", "m1", "m1", "m2", "m2"]:  # streaming: partials and a duplicated final
         guard.post_llm_call(delivery_id=delivery)
-    assert guard.state.model_calls == 2
+    assert guard.state.turn.model_calls == 2
     stop = guard.pre_llm_call()
     assert stop is not None and stop.reason is StopReason.MAX_STEPS
 
@@ -222,7 +222,7 @@ def test_seed_003_none_switches_the_limit_off() -> None:
 
 def test_seed_004_story() -> None:
     guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
-    guard.pre_agent_turn("turn-1")
+    guard.pre_agent_turn(turn_id="turn-1")
     reached: list[str] = []
     messages: list[str] = []
     for _ in range(10):
@@ -238,7 +238,7 @@ def test_seed_004_story() -> None:
     stop = guard.pre_llm_call()
     assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
     assert "track_parcel" in stop.message
-    guard.pre_agent_turn("turn-2")
+    guard.pre_agent_turn(turn_id="turn-2")
     assert guard.pre_llm_call() is None
     assert guard.pre_tool_call(ToolCall("track_parcel", {"tracking_number": "FR-7731"})) is None
 

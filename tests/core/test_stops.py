@@ -37,14 +37,14 @@ def test_refusals_in_one_model_response_count_once() -> None:
     assert guard.pre_llm_call() is None
     decisions = [guard.pre_tool_call(CALL) for _ in range(5)]
     assert [d is None for d in decisions] == [True, True, False, False, False]
-    assert guard.state.refusals == 3 and guard.state.refused_responses == 1
+    assert guard.state.turn.refusals == 3 and guard.state.turn.refused_responses == 1
     assert guard.pre_llm_call() is None  # the model now reads the 3 refusals
     refuse(guard, 1)  # ...and asks again: the 2nd response it got refused
     assert guard.pre_llm_call() is None
     refuse(guard, 2)
     stop = guard.pre_llm_call()
     assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
-    assert guard.state.refused_responses == 3 and guard.state.refusals == 6
+    assert guard.state.turn.refused_responses == 3 and guard.state.turn.refusals == 6
 
 
 def test_max_refusals_zero_ends_the_turn_at_the_first_refusal_as_a_repeated_call() -> None:
@@ -94,7 +94,7 @@ def test_time_and_cost_use_recorded_figures() -> None:
 def test_bad_budget_figures_count_as_zero(bad: object) -> None:
     guard = StopRepeatedCalls(max_model_seconds=1, max_cost_usd=1)
     guard.post_llm_call(seconds=bad, cost_usd=bad)  # type: ignore[arg-type]
-    assert (guard.state.model_calls, guard.state.model_seconds, guard.state.cost_usd) == (1, 0.0, 0.0)
+    assert (guard.state.turn.model_calls, guard.state.turn.model_seconds, guard.state.turn.cost_usd) == (1, 0.0, 0.0)
     assert guard.pre_llm_call() is None
 
 
@@ -152,8 +152,8 @@ def test_a_past_turns_stop_stays_readable_from_its_event() -> None:
     guard.post_llm_call(turn_id="t1")
     stop = guard.pre_llm_call(turn_id="t1")
     assert stop is not None and guard.stop_of("t1") == stop
-    guard.pre_agent_turn("t2")
-    assert guard.state.stop is None
+    guard.pre_agent_turn(turn_id="t2")
+    assert guard.state.turn.stop is None
     assert guard.stop_of("t1") == stop
     assert guard.stop_of("t2") is None
     restored = StopRepeatedCalls.model_validate_json(guard.model_dump_json())

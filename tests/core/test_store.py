@@ -16,11 +16,11 @@ async def test_concurrent_tasks_lose_no_counts() -> None:
 
     async def decide(n: int) -> None:
         await asyncio.sleep(0)
-        await store.update("s", lambda state: POLICY.check_tool_call(state, CALL))
+        await store.update("s", lambda state: POLICY.decide_tool_call(state, CALL))
 
     await asyncio.gather(*(decide(n) for n in range(2_000)))
     state = await store.load("s")
-    assert state is not None and list(state.counts.values()) == [2_000]
+    assert state is not None and list(state.turn.counts.values()) == [2_000]
 
 
 def test_threads_lose_no_counts() -> None:
@@ -28,7 +28,7 @@ def test_threads_lose_no_counts() -> None:
 
     def work() -> None:
         for _ in range(2_000):
-            store.update_now("s", lambda state: POLICY.check_tool_call(state, CALL))
+            store.update_now("s", lambda state: POLICY.decide_tool_call(state, CALL))
 
     threads = [threading.Thread(target=work) for _ in range(4)]
     for thread in threads:
@@ -36,26 +36,26 @@ def test_threads_lose_no_counts() -> None:
     for thread in threads:
         thread.join()
     state = asyncio.run(store.load("s"))
-    assert state is not None and list(state.counts.values()) == [8_000]
+    assert state is not None and list(state.turn.counts.values()) == [8_000]
 
 
 async def test_sessions_are_isolated_and_evicted_least_recently_used_first() -> None:
     store = MemoryStore(max_sessions=2)
     for session in ("a", "b", "a", "c"):
-        await store.update(session, lambda state: POLICY.check_tool_call(state, CALL))
+        await store.update(session, lambda state: POLICY.decide_tool_call(state, CALL))
     assert len(store) == 2
     assert await store.load("b") is None
     a = await store.load("a")
-    assert a is not None and list(a.counts.values()) == [2]
+    assert a is not None and list(a.turn.counts.values()) == [2]
 
 
 async def test_load_is_a_copy_and_update_returns_the_decision() -> None:
     store: StateStore = MemoryStore()
     assert await store.load("s") is None
-    refusal = await store.update("s", lambda state: Policy(max_calls=0).check_tool_call(state, CALL))
+    refusal = await store.update("s", lambda state: Policy(max_calls=0).decide_tool_call(state, CALL))
     assert refusal is not None
     loaded = await store.load("s")
     assert isinstance(loaded, GuardState)
-    loaded.refusals = 99
+    loaded.turn.refusals = 99
     again = await store.load("s")
-    assert again is not None and again.refusals == 1
+    assert again is not None and again.turn.refusals == 1

@@ -132,11 +132,11 @@ def test_many_processes_count_exactly_what_one_process_counts(redis_server: Redi
     if not workload.concurrent:
         assert leases > 0, "no update ever needed the lease"
     # Counts: every decision counted once, none lost.
-    assert state.counts == expected.counts
-    assert sum(state.counts.values()) == total
-    assert (state.turn, state.turn_id) == (1, TURN)
+    assert state.turn.counts == expected.turn.counts
+    assert sum(state.turn.counts.values()) == total
+    assert (state.turn.number, state.turn.id) == (1, TURN)
     # Refusals: the same number, and the same multiset of (tool, call number): no count given twice.
-    assert state.refusals == expected.refusals == sum(decision is not None for decision in decisions) > 0
+    assert state.turn.refusals == expected.turn.refusals == sum(decision is not None for decision in decisions) > 0
     assert Counter(decisions) == Counter(expected_decisions)
     # Events: the last 64 refusals, each one of the expected refusals.
     # (An event names the tool, not the arguments: one tool's 3 keys may share an event's figures.)
@@ -154,7 +154,7 @@ def test_the_harness_catches_lost_updates(redis_server: RedisServer) -> None:
     workload = Workload(4, 100, concurrent=False, with_ids=False, naive=True)
     run_processes(redis_server.url, prefix, workload)
     state = GuardState.model_validate_json(SyncRedis.from_url(redis_server.url).get(prefix + "s"))
-    assert sum(state.counts.values()) < 4 * 100
+    assert sum(state.turn.counts.values()) < 4 * 100
 
 
 # -- deliveries, equivalence with MemoryStore ------------------------------------------------------
@@ -171,7 +171,7 @@ async def test_a_decision_delivered_twice_counts_once(redis_server: RedisServer)
     ):
 
         async def decide(store: RedisStore, call: ToolCall) -> Refusal | None:
-            return await store.update("s", lambda state: policy.check_tool_call(state, call))
+            return await store.update("s", lambda state: policy.decide_tool_call(state, call))
 
         first = await asyncio.gather(*(decide(store, call) for call in calls for store in (one, two)))
         again = await asyncio.gather(*(decide(store, call) for call in calls for store in (two, one)))
@@ -183,10 +183,10 @@ async def test_a_decision_delivered_twice_counts_once(redis_server: RedisServer)
     assert first[0::2] == first[1::2]  # both workers got the same decision for each delivery
     assert again[0::2] == again[1::2] == first[0::2]
     assert state is not None
-    assert sorted(state.counts.values()) == [3] + [4] * 9  # 4 deliveries per parcel; parcel 0's failure uncounted
-    assert state.refusals == 10 * (4 - 2)
-    assert sum(refusal is not None for refusal in first[0::2]) == state.refusals
-    assert state.errors_in_a_row == 1
+    assert sorted(state.turn.counts.values()) == [3] + [4] * 9  # 4 deliveries per parcel; parcel 0's failure uncounted
+    assert state.turn.refusals == 10 * (4 - 2)
+    assert sum(refusal is not None for refusal in first[0::2]) == state.turn.refusals
+    assert state.turn.errors_in_a_row == 1
 
 
 def random_operations(seed: int, count: int = 300) -> list[Callable[[Policy, GuardState], object]]:
@@ -199,7 +199,7 @@ def random_operations(seed: int, count: int = 300) -> list[Callable[[Policy, Gua
         roll = rng.random()
         if roll < 0.05:
             turn = f"t{index}"
-            operations.append(lambda policy, state, turn=turn: policy.start_turn(state, turn))
+            operations.append(lambda policy, state, turn=turn: policy.start_turn(state, turn_id=turn))
         elif roll < 0.55:
             if delivered and rng.random() < 0.2:
                 call = rng.choice(delivered)
@@ -207,19 +207,23 @@ def random_operations(seed: int, count: int = 300) -> list[Callable[[Policy, Gua
                 call_id = f"c{index}" if rng.random() < 0.8 else None
                 call = ToolCall(rng.choice(["a", "b", "c"]), {"x": rng.randrange(4)}, call_id=call_id)
                 delivered.append(call)
-            operations.append(lambda policy, state, call=call, turn=turn: policy.check_tool_call(state, call, turn))
+            operations.append(
+                lambda policy, state, call=call, turn=turn: policy.decide_tool_call(state, call, turn_id=turn)
+            )
         elif roll < 0.8 and delivered:
             call, ok = rng.choice(delivered), rng.random() < 0.6
             operations.append(
-                lambda policy, state, call=call, ok=ok, turn=turn: policy.record_tool_result(state, call, ok, turn)
+                lambda policy, state, call=call, ok=ok, turn=turn: policy.record_tool_result(
+                    state, call, ok=ok, turn_id=turn
+                )
             )
         elif roll < 0.9:
-            operations.append(lambda policy, state, turn=turn: policy.check_model_call(state, turn))
+            operations.append(lambda policy, state, turn=turn: policy.decide_model_call(state, turn_id=turn))
         else:
             seconds, cost, delivery = rng.random(), rng.random() / 10, f"m{rng.randrange(index + 1)}"
             operations.append(
                 lambda policy, state, s=seconds, c=cost, d=delivery, turn=turn: policy.record_model_call(
-                    state, s, c, d, turn
+                    state, seconds=s, cost_usd=c, delivery_id=d, turn_id=turn
                 )
             )
     return operations
@@ -250,7 +254,7 @@ async def test_state_equals_a_memory_store_after_the_same_updates(
             await store.aclose()
     remembered = memory.update_now("s", lambda state: state)
     assert GuardState.model_validate_json(raw) == remembered
-    assert remembered.events and remembered.deliveries and remembered.turn > 1  # the sequence did exercise them
+    assert remembered.events and remembered.deliveries and remembered.turn.number > 1  # the sequence did exercise them
 
 
 # -- round trips, layout, errors -------------------------------------------------------------------
@@ -268,7 +272,7 @@ async def test_an_uncontended_decision_takes_at_most_two_round_trips(redis_serve
         await two.client.ping()  # connected: the handshake is not a decision's cost
 
         def check(state: GuardState) -> Refusal | None:
-            return policy.check_tool_call(state, ToolCall("lookup", {"q": 1}))
+            return policy.decide_tool_call(state, ToolCall("lookup", {"q": 1}))
 
         async def trips(store: RedisStore) -> int:
             return (await round_trips(lambda: store.update("s", check)))[1]
@@ -300,16 +304,16 @@ async def test_concurrent_updates_through_one_store_are_written_together_in_orde
     calls = [ToolCall("lookup", {"q": index % 5}) for index in range(50)]
     reference = MemoryStore()
     expected = [
-        reference.update_now("s", lambda state, call=call: policy.check_tool_call(state, call)) for call in calls
+        reference.update_now("s", lambda state, call=call: policy.decide_tool_call(state, call)) for call in calls
     ]
 
     def explode(state: GuardState) -> None:
-        state.refusals += 1000
+        state.turn.refusals += 1000
         raise ValueError("boom")
 
     async with new_store(redis_server.url, connection_class=CountingConnection) as store:
         await store.client.ping()
-        decide = [store.update("s", lambda state, call=call: policy.check_tool_call(state, call)) for call in calls]
+        decide = [store.update("s", lambda state, call=call: policy.decide_tool_call(state, call)) for call in calls]
         before = CountingConnection.sent
         results = await asyncio.gather(*decide[:25], store.update("s", explode), *decide[25:], return_exceptions=True)
         sent = CountingConnection.sent - before
@@ -318,7 +322,7 @@ async def test_concurrent_updates_through_one_store_are_written_together_in_orde
     assert results[:25] + results[26:] == expected
     assert isinstance(results[25], ValueError)
     assert state is not None
-    assert state.refusals == sum(result is not None for result in expected) == 5 * (10 - 3)
+    assert state.turn.refusals == sum(result is not None for result in expected) == 5 * (10 - 3)
 
 
 async def test_a_cancelled_caller_leaves_the_others_and_the_store_working(redis_server: RedisServer) -> None:
@@ -365,8 +369,8 @@ async def server_ms(store: RedisStore) -> int:
 
 
 def policy_check(state: GuardState) -> int:
-    Policy().check_tool_call(state, ToolCall("a"))
-    return sum(state.counts.values())
+    Policy().decide_tool_call(state, ToolCall("a"))
+    return sum(state.turn.counts.values())
 
 
 class ReplyLosingConnection(Connection):
@@ -398,13 +402,13 @@ async def test_a_write_whose_reply_was_lost_is_not_applied_twice(redis_server: R
     knows its write landed, instead of deciding again (which would count the call twice)."""
     policy = Policy(max_calls=5)
     async with new_store(redis_server.url, connection_class=ReplyLosingConnection) as store:
-        await store.update("s", lambda state: policy.check_tool_call(state, ToolCall("a")))
+        await store.update("s", lambda state: policy.decide_tool_call(state, ToolCall("a")))
         ReplyLosingConnection.armed = True
-        await store.update("s", lambda state: policy.check_tool_call(state, ToolCall("a")))
+        await store.update("s", lambda state: policy.decide_tool_call(state, ToolCall("a")))
         assert not ReplyLosingConnection.armed  # the reply was indeed lost, and the call resent
         state = await store.load("s")
     assert state is not None
-    assert list(state.counts.values()) == [2]
+    assert list(state.turn.counts.values()) == [2]
     assert store.conflicts == 0
 
 
@@ -414,14 +418,14 @@ async def test_key_layout_prefix_and_ttl_on_every_write(redis_server: RedisServe
         RedisStore.from_url(redis_server.url, prefix=prefix, ttl=60) as store,
         RedisStore.from_url(redis_server.url, prefix=prefix + "other:", ttl=60) as other,
     ):
-        await store.update("session-1", lambda state: Policy().check_tool_call(state, ToolCall("a")))
+        await store.update("session-1", lambda state: Policy().decide_tool_call(state, ToolCall("a")))
         await store.client.expire(prefix + "session-1", 5)
-        await store.update("session-1", lambda state: Policy().check_tool_call(state, ToolCall("a")))
+        await store.update("session-1", lambda state: Policy().decide_tool_call(state, ToolCall("a")))
         stored = await store.client.hgetall(prefix + "session-1")
         ttl_ms = await store.client.pttl(prefix + "session-1")
         assert await other.load("session-1") is None  # another prefix is another namespace
     assert set(stored) == {b"t", b"s"}
-    assert list(GuardState.model_validate_json(stored[b"s"]).counts.values()) == [2]
+    assert list(GuardState.model_validate_json(stored[b"s"]).turn.counts.values()) == [2]
     assert 55_000 < ttl_ms <= 60_000  # the second write set the TTL again
 
 
@@ -438,39 +442,39 @@ async def test_a_client_passed_in_works_with_decoded_responses_and_stays_open(re
     finally:
         await client.aclose()
     assert state is not None
-    assert list(state.counts.values()) == [6]
+    assert list(state.turn.counts.values()) == [6]
 
 
 async def test_state_expires_after_its_ttl(redis_server: RedisServer) -> None:
     policy = Policy(max_calls=1)
     call = ToolCall("a")
     async with new_store(redis_server.url, ttl=0.5) as store:
-        assert await store.update("s", lambda state: policy.check_tool_call(state, call)) is None
-        assert await store.update("s", lambda state: policy.check_tool_call(state, call)) is not None
+        assert await store.update("s", lambda state: policy.decide_tool_call(state, call)) is None
+        assert await store.update("s", lambda state: policy.decide_tool_call(state, call)) is not None
         assert await store.client.pttl(store.prefix + "s") > 0
         await asyncio.sleep(0.7)
         assert await store.load("s") is None
         assert await store.client.exists(store.prefix + "s") == 0
         # The store still remembers the expired state locally; Redis decides: the count starts again.
-        assert await store.update("s", lambda state: policy.check_tool_call(state, call)) is None
+        assert await store.update("s", lambda state: policy.decide_tool_call(state, call)) is None
         state = await store.load("s")
     assert state is not None
-    assert list(state.counts.values()) == [1]
+    assert list(state.turn.counts.values()) == [1]
 
 
 async def test_a_failing_change_writes_nothing(redis_server: RedisServer) -> None:
     def explode(state: GuardState) -> None:
-        state.refusals = 99
+        state.turn.refusals = 99
         raise ValueError("boom")
 
     async with new_store(redis_server.url) as store:
-        await store.update("s", lambda state: Policy().check_tool_call(state, ToolCall("a")))
+        await store.update("s", lambda state: Policy().decide_tool_call(state, ToolCall("a")))
         with pytest.raises(ValueError, match="boom"):
             await store.update("s", explode)
         state = await store.load("s")
         assert state is not None
-        assert state.refusals == 0
-        assert await store.update("s", lambda state: sum(state.counts.values())) == 1
+        assert state.turn.refusals == 0
+        assert await store.update("s", lambda state: sum(state.turn.counts.values())) == 1
 
 
 async def test_contention_past_max_attempts_raises_store_contention(redis_server: RedisServer) -> None:
@@ -491,9 +495,9 @@ async def test_contention_past_max_attempts_raises_store_contention(redis_server
 async def test_a_state_that_is_not_a_guard_state_raises_store_unavailable(redis_server: RedisServer) -> None:
     async with new_store(redis_server.url) as store:
         await store.client.hset(store.prefix + "s", mapping={"t": "x", "s": '{"counts": "nope"}'})
-        with pytest.raises(StoreUnavailable, match="does not hold a valid GuardState"):
+        with pytest.raises(StoreUnavailable, match="is not a repeat-hooks GuardState"):
             await store.update("s", lambda state: None)
-        with pytest.raises(StoreUnavailable, match="does not hold a valid GuardState"):
+        with pytest.raises(StoreUnavailable, match="is not a repeat-hooks GuardState"):
             await store.load("s")
 
 
@@ -507,8 +511,6 @@ async def test_unreachable_redis_raises_store_unavailable_quickly() -> None:
             await store.load("s")
     assert time.monotonic() - started < 2
     assert caught.value.__cause__ is not None
-
-
 
 
 async def test_a_redis_that_never_answers_raises_store_unavailable_not_a_hang(hung_redis: HungRedis) -> None:
@@ -532,9 +534,9 @@ async def test_counts_survive_a_redis_crash_mid_turn_with_persistence(redis_rest
     policy = Policy(max_calls=2)
     lookup = ToolCall("lookup", {"q": "parcel 7"}, call_id="first")
     async with RedisStore.from_url(redis_restartable.url, timeout=0.5) as store:
-        assert await store.update("s", lambda state: policy.check_tool_call(state, lookup, "turn-1")) is None
+        assert await store.update("s", lambda state: policy.decide_tool_call(state, lookup, turn_id="turn-1")) is None
         second = ToolCall("lookup", {"q": "parcel 7"}, call_id="second")
-        assert await store.update("s", lambda state: policy.check_tool_call(state, second, "turn-1")) is None
+        assert await store.update("s", lambda state: policy.decide_tool_call(state, second, turn_id="turn-1")) is None
 
         pid = redis_restartable.pid
         assert pid is not None
@@ -544,19 +546,19 @@ async def test_counts_survive_a_redis_crash_mid_turn_with_persistence(redis_rest
         started = time.monotonic()
         for _ in range(3):
             with pytest.raises(StoreUnavailable):
-                await store.update("s", lambda state: policy.check_tool_call(state, lookup, "turn-1"))
+                await store.update("s", lambda state: policy.decide_tool_call(state, lookup, turn_id="turn-1"))
         assert time.monotonic() - started < 3
 
         redis_restartable.start()
         # The delivery made before the crash is still known: decided again without counting.
-        assert await store.update("s", lambda state: policy.check_tool_call(state, lookup, "turn-1")) is None
+        assert await store.update("s", lambda state: policy.decide_tool_call(state, lookup, turn_id="turn-1")) is None
         third = ToolCall("lookup", {"q": "parcel 7"}, call_id="third")
-        refusal = await store.update("s", lambda state: policy.check_tool_call(state, third, "turn-1"))
+        refusal = await store.update("s", lambda state: policy.decide_tool_call(state, third, turn_id="turn-1"))
         state = await store.load("s")
     assert isinstance(refusal, Refusal)
     assert state is not None
-    assert list(state.counts.values()) == [3]
-    assert state.refusals == 1
+    assert list(state.turn.counts.values()) == [3]
+    assert state.turn.refusals == 1
 
 
 async def test_without_persistence_a_restart_forgets_the_session(tmp_path: Path) -> None:
@@ -567,11 +569,11 @@ async def test_without_persistence_a_restart_forgets_the_session(tmp_path: Path)
         policy = Policy(max_calls=1)
         call = ToolCall("lookup")
         async with RedisStore.from_url(server.url, timeout=0.5) as store:
-            assert await store.update("s", lambda state: policy.check_tool_call(state, call)) is None
-            assert await store.update("s", lambda state: policy.check_tool_call(state, call)) is not None
+            assert await store.update("s", lambda state: policy.decide_tool_call(state, call)) is None
+            assert await store.update("s", lambda state: policy.decide_tool_call(state, call)) is not None
             server.restart()
             assert await store.load("s") is None
-            assert await store.update("s", lambda state: policy.check_tool_call(state, call)) is None
+            assert await store.update("s", lambda state: policy.decide_tool_call(state, call)) is None
     finally:
         server.stop()
 

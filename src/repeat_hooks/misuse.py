@@ -1,0 +1,93 @@
+"""Setup mistakes every adapter refuses the same way: at construction (or the first call that can see
+them), with a message that says the right spelling. Nothing here is a silent no-op."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .policy import Policy
+from .stop_rule import STOP_RULES, Feed
+
+_SETTINGS = tuple(Policy.model_fields)
+_NAMED_TOOLS = ("limits", "exempt", "read_only", "destructive")
+
+
+class GuardSetupError(ValueError):
+    """A guard is set up so that it could not work as written (a budget nothing feeds, a tool name that
+    matches no tool, a policy given twice); the message says how to fix it. Adapters may subclass it
+    together with their SDK's own setup error."""
+
+
+def policy_from(policy: Any = None, settings: Mapping[str, Any] | None = None, *, owner: str) -> Policy:
+    """The ``Policy`` an adapter's guard runs: ``policy`` itself, ``Policy(**settings)``, or the default.
+
+    ``owner`` names the adapter's class in the messages (``"RepeatGuardPlugin"``). Raises ``TypeError`` for
+    a ``StopRepeatedCalls`` (one conversation's guard, not settings), anything else that is not a
+    ``Policy``, both a policy and settings, or a setting ``Policy`` does not have (naming the closest one);
+    invalid values raise pydantic's ``ValidationError`` naming the field.
+    """
+    settings = dict(settings or {})
+    if policy is not None:
+        if not isinstance(policy, Policy):
+            held = getattr(policy, "policy", None)
+            if isinstance(held, Policy):
+                raise TypeError(
+                    f"{owner} takes a Policy, not a {type(policy).__name__} (which holds one conversation's "
+                    f"counts): {owner}(Policy(...)) or {owner}(max_calls=2, ...); each conversation gets its own state"
+                )
+            raise TypeError(f"{owner} takes a repeat_hooks.Policy, not {type(policy).__name__}: {owner}(Policy(...))")
+        if settings:
+            raise TypeError(
+                f"{owner} takes a Policy or the settings as keywords, not both: put "
+                f"{', '.join(sorted(settings))} inside Policy(...)"
+            )
+        return policy
+    for name in settings:
+        if name not in Policy.model_fields:
+            close = difflib.get_close_matches(name, _SETTINGS, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise TypeError(
+                f"{owner} got an unknown setting {name!r}{hint}; the settings are Policy's: {', '.join(_SETTINGS)}"
+            )
+    return Policy(**settings)
+
+
+def check_feeds(policy: Policy, *, can: Iterable[Feed], owner: str, how: Mapping[Feed, str] | None = None) -> None:
+    """Raise ``GuardSetupError`` if ``policy`` needs a figure the adapter cannot (or was not set up to) feed.
+
+    ``can``: what the adapter feeds as set up; ``how``: for a figure it could feed with more setup, the
+    spelling that does it (``{Feed.COST: "RepeatGuard(policy, cost=TokenPrices(...))"}``), else the budget
+    is said to be one this SDK cannot feed.
+    """
+    missing = policy.feeds() - frozenset(can)
+    for rule in STOP_RULES:
+        if rule.feed in missing and getattr(policy, rule.setting) is not None:
+            fix = (how or {}).get(rule.feed)
+            advice = f"set it up with {fix}" if fix else f"{owner} cannot feed {rule.feed.value}: leave it None"
+            raise GuardSetupError(f"Policy({rule.setting}=...) could never trip: {advice}")
+    if Feed.OUTCOMES in missing:
+        raise GuardSetupError(
+            f"{owner} does not record tool outcomes, which count='progress' and count_failures=False need: "
+            "use Policy(count='per_turn')"
+        )
+
+
+def check_tool_names(policy: Policy, tools: Iterable[str], *, owner: str) -> None:
+    """Raise ``GuardSetupError`` if a tool named in ``limits``, ``exempt``, ``read_only`` or ``destructive``
+    matches none of ``tools`` (the agent's tool names), naming the closest real one: a typo there would
+    leave the tool unguarded without a word."""
+    known = sorted(set(tools))
+    for setting in _NAMED_TOOLS:
+        for name in sorted(getattr(policy, setting)):
+            if name not in known:
+                close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+                hint = (
+                    f"; did you mean {close[0]!r}?"
+                    if close
+                    else f"; the agent's tools are {', '.join(known) or 'none'}"
+                )
+                raise GuardSetupError(
+                    f"Policy({setting}=...) names {name!r}, which is none of {owner}'s agent's tools{hint}"
+                )

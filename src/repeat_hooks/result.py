@@ -1,0 +1,122 @@
+"""A tool's result as the guard compares it: what the model would read, digested, never stored.
+
+Two runs of a call made progress when their results differ. A result is first converted the way
+pydantic writes it for a model (``to_jsonable_python``: datetimes, dates, UUIDs, Decimals, Enums,
+dataclasses, pydantic models; sets sorted), then written as canonical JSON, then, unless the policy
+keeps them, stripped of **volatile tokens**: text that changes on every call without meaning anything
+changed. They are masked in the text before it is digested:
+
+- UUIDs (``8-4-4-4-12`` hex digits, any case),
+- runs of 16 or more hex digits (request ids, trace ids, hashes),
+- ISO 8601 date-times with a time of day (``2026-12-01T10:38:15``, optional seconds fraction and zone;
+  a space in place of the ``T`` counts too). Plain dates (``2026-12-01``) are kept: a new date usually
+  means something changed.
+
+A value that has no JSON form (an image, an SDK object) is digested from a stable text form where one
+exists (a ``repr`` of its own, naming no memory address as the default ``<Type object at 0x...>`` does);
+failing that its outcome is ``UNKNOWN_OUTCOME``: new every time, and ``Policy.max_opaque_runs`` caps
+how often it may run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from .call import canonical_arguments
+
+UNKNOWN_OUTCOME = "?"
+"""The outcome of a run whose result has no stable form: never the same as another."""
+
+VOLATILE = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"  # a UUID
+    r"|(?<![0-9a-fA-F])[0-9a-fA-F]{16,}(?![0-9a-fA-F])"  # 16+ hex digits
+    r"|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"  # an ISO date-time
+)
+"""The volatile tokens masked in results before digesting (see the module's docstring)."""
+
+_OPAQUE = object()
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+"""A ``repr`` naming a memory address (the default ``<Type object at 0x...>``) is no stable form."""
+_STAND_IN = re.compile(r'"<[A-Za-z_][\w.]*\.[\w.<>]+>"')
+
+
+def model_view(result: Any) -> Any:
+    """``result`` as plain JSON values, the way pydantic writes it for a model; ``_OPAQUE`` parts stay marked.
+
+    Sets are sorted (by their canonical JSON) so that their order never makes two equal results differ.
+    Never raises: a value pydantic cannot convert, or a hostile one, falls back to its stable text form
+    (a ``repr`` of its own) or to the marker of a value with no stable form.
+    """
+    try:
+        return to_jsonable_python(_plain_sets(result, 0), fallback=_fallback, serialize_unknown=False)
+    except (PydanticSerializationError, ValueError, TypeError, RecursionError, OverflowError):
+        return _OPAQUE
+    except Exception:  # a hostile object whose conversion raised something else
+        return _OPAQUE
+
+
+MAX_DEPTH = 200
+"""Containers nested deeper than this in a result make it a result with no stable form."""
+
+
+def _plain_sets(value: Any, depth: int) -> Any:
+    """``value`` with its sets (in dicts, lists and tuples) as sorted lists and its bytes as digests."""
+    kind = type(value)
+    if kind is str or kind is int or kind is float or value is None or kind is bool:
+        return value
+    if depth > MAX_DEPTH:
+        raise RecursionError("result nested too deep")
+    if kind is dict:
+        return {k: _plain_sets(v, depth + 1) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [_plain_sets(v, depth + 1) for v in value]
+    if isinstance(value, (set, frozenset)):
+        items = [to_jsonable_python(_plain_sets(v, depth + 1), fallback=_fallback) for v in value]
+        return sorted(items, key=canonical_arguments)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "<bytes:" + hashlib.blake2b(bytes(value), digest_size=8).hexdigest() + ">"
+    return value
+
+
+def _fallback(value: Any) -> Any:
+    try:
+        text = repr(value)
+    except Exception:
+        return _OPAQUE
+    if _ADDRESS.search(text):
+        return _OPAQUE
+    return f"<{type(value).__qualname__}:{text}>"
+
+
+def outcome_digest(ok: bool, result: Any, ignore: Iterable[str] = (), *, mask_volatile: bool = True) -> str:
+    """A 16-character digest of a run's outcome: whether it succeeded, and its ``result`` as the model reads it.
+
+    ``ignore`` names result fields left out at any depth (a timestamp, a new order id); ``mask_volatile``
+    masks the volatile tokens (``VOLATILE``). A result with no stable form gives ``UNKNOWN_OUTCOME``.
+    """
+    view = model_view(result)
+    if view is _OPAQUE:
+        return UNKNOWN_OUTCOME
+    text = canonical_arguments(view, ignore)
+    if '"<' in text and (_STAND_IN.search(text) or "<object object at" in text):
+        return UNKNOWN_OUTCOME  # an _OPAQUE part inside a container
+    if mask_volatile:
+        text = VOLATILE.sub("~", text)
+    text = f"{'ok' if ok else 'failed'}\x00{text}"
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def error_text(error: BaseException) -> str:
+    """What a call that raised ``error`` returned, as the model usually reads it: ``"Type: message"``."""
+    message = getattr(error, "message", None)
+    if not isinstance(message, str):
+        try:
+            message = str(error)
+        except Exception:
+            message = ""
+    return f"{type(error).__name__}: {message}"

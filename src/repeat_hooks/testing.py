@@ -1,0 +1,426 @@
+"""The conformance kit: what every adapter must do on its SDK's real loop, written once.
+
+A ``Scenario`` is a conversation: tools with scripted results, the user's turns, and for each turn the
+model's scripted responses. An adapter proves itself by writing a ``Driver``: it builds the SDK's agent
+with the guard, turns each ``Tool`` into an SDK tool that calls ``ToolBox.run`` (which counts the runs and
+returns the scripted result, or raises ``ToolFailed``), replaces the model at the SDK's own model seam with
+one that answers from the script, runs each turn through the SDK's real loop, and reports what happened
+(``TurnOutcome``). ``check`` then compares it with what the scenario expects::
+
+    from repeat_hooks.testing import SCENARIOS, check
+
+    @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+    def test_conformance(scenario):
+        box = ToolBox(scenario)
+        check(scenario, box, MyDriver().run(scenario, box))
+
+The scripted model's rules, the same for every driver: in turn ``t``, its ``i``-th model call (0-based)
+answers ``turn.script[i]``; past the script it answers ``FINAL``. A ``Response`` is a text (the model's
+answer) or a tuple of ``Call`` (tool calls in one response, run as the SDK runs parallel calls). Each
+kit tool takes one string argument, ``query``. A call's id is ``call_<t>_<i>_<k>`` (``k``: its index in
+the response) unless the ``Call`` gives one (``""``: an empty id, for SDKs that carry one).
+
+``TurnOutcome.seen`` is every tool result of the turn as the conversation holds it for the model, in
+order, as text (refusals included): read it from the SDK's own history, not from the guard.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import enum
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .decision import Stop
+from .policy import Policy
+from .stop_reason import StopReason
+
+FINAL = "done"
+"""What the scripted model answers past its script: the turn's final text when the guard did not stop it."""
+REFUSED = "Refused"
+"""Every refusal text the guard hands the model starts with this."""
+
+
+class ToolFailed(Exception):
+    """Raised by ``ToolBox.run`` for a scripted failure: the SDK must hand the model a failed result
+    (its error text), and the adapter must record the call as failed."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One tool call in a scripted response."""
+
+    tool: str
+    query: str = "FR-7731"
+    """The tool's one argument."""
+    id: str | None = None
+    """The call's id: ``None`` for the driver's own unique id, else this one (``""``: empty)."""
+
+
+Response = str | tuple[Call, ...]
+"""One scripted model response: a text answer, or tool calls."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A kit tool: ``results(run, query)`` is what its ``run``-th run (1-based, all queries) returns."""
+
+    name: str
+    results: Callable[[int, str], Any]
+    """Returns the result, or raises ``ToolFailed`` to fail."""
+    read_only: bool | None = None
+    """Passed to the guard as the SDK's read-only hint, where the SDK can carry one; otherwise put the
+    tool in the policy's ``read_only`` (the scenarios do both)."""
+    description: str = "A kit tool."
+
+
+@dataclass(frozen=True)
+class UserTurn:
+    """One user message and the model's scripted responses in that turn."""
+
+    message: str
+    script: tuple[Response, ...]
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a scenario must show, whatever the SDK."""
+
+    runs: Mapping[str, int]
+    """How many times each tool really ran, over the whole scenario (a tool not named: 0)."""
+    refusals: int
+    """Tool results the model received that were refusals, over the whole scenario."""
+    stops: tuple[StopReason | None, ...]
+    """Per turn: the reason the guard stopped it, or ``None`` (the turn ended with ``FINAL``)."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A conversation every adapter must handle the same way."""
+
+    name: str
+    doc: str
+    tools: tuple[Tool, ...]
+    turns: tuple[UserTurn, ...]
+    expect: Expect
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """The policy's settings: ``Policy(**settings)``."""
+
+    @property
+    def policy(self) -> Policy:
+        """The scenario's policy."""
+        return Policy(**self.settings)
+
+    def tool(self, name: str) -> Tool:
+        """The kit tool named ``name``."""
+        return next(tool for tool in self.tools if tool.name == name)
+
+
+@dataclass
+class TurnOutcome:
+    """What a driver saw in one turn, read from the SDK (never from the guard's own state)."""
+
+    final: str
+    """The final text the caller got: the model's answer, or the guard's stop message."""
+    stop: Stop | None
+    """The guard's stop of this turn, as the adapter's documented way of reading it returns it."""
+    seen: list[str]
+    """The tool results of this turn in the conversation, in order, as text (refusals included)."""
+
+
+class ToolBox:
+    """The tools of one scenario run: counts each real run and returns its scripted result."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.runs: dict[str, int] = {tool.name: 0 for tool in scenario.tools}
+        """Runs so far, by tool."""
+
+    def run(self, name: str, query: str) -> Any:
+        """Run tool ``name``: count it, then return its scripted result (or raise ``ToolFailed``)."""
+        self.runs[name] += 1
+        return self.scenario.tool(name).results(self.runs[name], query)
+
+
+class Driver(Protocol):
+    """An adapter's driver: runs a scenario on its SDK's real loop, the model scripted at the SDK's seam."""
+
+    def run(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
+        """Run every turn of ``scenario`` with a fresh guarded agent (one conversation); one outcome per turn."""
+        ...
+
+
+def call_id(turn: int, step: int, index: int, call: Call) -> str:
+    """The id a driver's scripted model gives ``call``: its own, or ``call_<turn>_<step>_<index>``."""
+    return call.id if call.id is not None else f"call_{turn}_{step}_{index}"
+
+
+def response(scenario: Scenario, turn: int, step: int) -> Response:
+    """The scripted model's ``step``-th response (0-based) in turn ``turn``: the script's, or ``FINAL``."""
+    script = scenario.turns[turn].script
+    return script[step] if step < len(script) else FINAL
+
+
+def check(scenario: Scenario, box: ToolBox, outcomes: Sequence[TurnOutcome]) -> None:
+    """Raise ``AssertionError`` saying what differs between what the driver saw and what ``scenario`` expects."""
+    expect = scenario.expect
+    problems: list[str] = []
+    if len(outcomes) != len(scenario.turns):
+        problems.append(f"{len(outcomes)} turn outcomes for {len(scenario.turns)} turns")
+    runs = {name: count for name, count in box.runs.items() if count}
+    wanted = {name: count for name, count in expect.runs.items() if count}
+    if runs != wanted:
+        problems.append(f"tool runs {runs}, expected {wanted}")
+    refusals = sum(1 for outcome in outcomes for text in outcome.seen if text.startswith(REFUSED))
+    if refusals != expect.refusals:
+        seen = [outcome.seen for outcome in outcomes]
+        problems.append(f"{refusals} refusals reached the model, expected {expect.refusals}; it saw {seen}")
+    for number, (outcome, reason) in enumerate(zip(outcomes, expect.stops, strict=False)):
+        got = outcome.stop.reason if outcome.stop is not None else None
+        if got != reason:
+            problems.append(f"turn {number}: stop {got}, expected {reason}")
+        wanted_final = outcome.stop.message if outcome.stop is not None else FINAL
+        if reason is not None and not outcome.final.startswith("I stopped"):
+            problems.append(f"turn {number}: final text {outcome.final!r} is not the guard's stop message")
+        if outcome.final != wanted_final:
+            problems.append(f"turn {number}: final text {outcome.final!r}, expected {wanted_final!r}")
+    if problems:
+        raise AssertionError(f"scenario {scenario.name}: " + "; ".join(problems))
+
+
+# -- tools' scripted results ------------------------------------------------------------------------------
+
+
+def same(value: Any) -> Callable[[int, str], Any]:
+    """Results: ``value`` every run."""
+    return lambda run, query: value
+
+
+def numbered(template: str = "{query}: run {run}") -> Callable[[int, str], Any]:
+    """Results: a new text every run (progress)."""
+    return lambda run, query: template.format(run=run, query=query)
+
+
+def fails(template: str = "{query}: carrier timeout (attempt {run})") -> Callable[[int, str], Any]:
+    """Results: a failure every run, its text new every run."""
+
+    def result(run: int, query: str) -> Any:
+        raise ToolFailed(template.format(run=run, query=query))
+
+    return result
+
+
+def fails_once(then: Any) -> Callable[[int, str], Any]:
+    """Results: a failure on the first run, then ``then``."""
+
+    def result(run: int, query: str) -> Any:
+        if run == 1:
+            raise ToolFailed(f"{query}: carrier timeout")
+        return then
+
+    return result
+
+
+class Status(enum.Enum):
+    """A kit Enum, as tools return them."""
+
+    IN_TRANSIT = "in_transit"
+
+
+@dataclass(frozen=True)
+class Parcel:
+    """A kit dataclass, as tools return them."""
+
+    number: str
+    status: Status
+    weight_kg: decimal.Decimal
+
+
+def typed_parcel(run: int, query: str) -> Any:
+    """The same parcel every run, in types JSON lacks: a datetime, a date, a UUID, a Decimal, an Enum, a dataclass."""
+    return {
+        "parcel": Parcel(query, Status.IN_TRANSIT, decimal.Decimal("1.25")),
+        "scanned_at": datetime.datetime(2026, 11, 30, 9, 15, tzinfo=datetime.timezone.utc),
+        "due": datetime.date(2026, 12, 3),
+        "carrier_id": uuid.UUID("5f0c1d2e-3a4b-4c5d-8e9f-0a1b2c3d4e5f"),
+    }
+
+
+def fresh_ids(run: int, query: str) -> Any:
+    """The same answer every run, stamped with a fresh request id, a fresh trace id and the time of the run."""
+    return {
+        "status": f"{query}: in transit",
+        "request_id": str(uuid.uuid4()),
+        "trace": uuid.uuid4().hex + uuid.uuid4().hex[:8],
+        "checked_at": (datetime.datetime(2026, 12, 1, 10, 0) + datetime.timedelta(seconds=run)).isoformat(),
+    }
+
+
+def order_placed(run: int, query: str) -> Any:
+    """A write's receipt: a new order number every run (``ORD-1``, ``ORD-2``, ...)."""
+    return {"order": f"ORD-{run}", "item": query}
+
+
+# -- the catalogue ----------------------------------------------------------------------------------------
+
+TRACK = Call("track_parcel")
+"""The parcel tracker's call: ``track_parcel(query="FR-7731")``."""
+
+
+def _track(results: Callable[[int, str], Any] | None = None, **hints: Any) -> Tool:
+    results = results or same("FR-7731: in transit")
+    return Tool("track_parcel", results, description="Where a parcel is now.", **hints)
+
+
+def _calls(*calls: Call) -> tuple[Call, ...]:
+    return calls
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        "seed_004_story",
+        "Seed 004: per tool, 2 calls a turn run; the 3rd is refused; after 3 refusals the turn ends with the "
+        "guard's message; the next turn counts afresh.",
+        (_track(),),
+        (
+            UserTurn("Keep checking FR-7731", (_calls(TRACK),) * 8),
+            UserTurn("Check FR-7731 once more", (_calls(TRACK),)),
+        ),
+        Expect(runs={"track_parcel": 3}, refusals=3, stops=(StopReason.IGNORED_REFUSALS, None)),
+        {"match": "tool", "count": "per_turn", "max_calls": 2, "max_refusals": 3},
+    ),
+    Scenario(
+        "same_result_is_refused",
+        "The default: the same call with the same result runs twice; the 3rd is refused, and the model, told "
+        "so, answers.",
+        (_track(),),
+        (UserTurn("Where is FR-7731?", (_calls(TRACK), _calls(TRACK), _calls(TRACK))),),
+        Expect(runs={"track_parcel": 2}, refusals=1, stops=(None,)),
+    ),
+    Scenario(
+        "new_results_are_progress",
+        "A call whose result is new each time (a test rerun after each edit, a job's status) is never refused.",
+        (_track(numbered()),),
+        (UserTurn("Watch FR-7731", (_calls(TRACK),) * 6),),
+        Expect(runs={"track_parcel": 6}, refusals=0, stops=(None,)),
+    ),
+    Scenario(
+        "a_change_restarts_counts",
+        "A call that may change state (not read-only) between two repeats restarts their count.",
+        (_track(), Tool("reroute_parcel", same("rerouted"), description="Send a parcel elsewhere.")),
+        (
+            UserTurn(
+                "Reroute FR-7731 and check",
+                (
+                    _calls(TRACK),
+                    _calls(TRACK),
+                    _calls(Call("reroute_parcel")),
+                    _calls(TRACK),
+                    _calls(TRACK),
+                ),
+            ),
+        ),
+        Expect(runs={"track_parcel": 4, "reroute_parcel": 1}, refusals=0, stops=(None,)),
+    ),
+    Scenario(
+        "a_read_only_call_changes_nothing",
+        "A read-only call between two repeats restarts nothing: the 3rd same call is still refused.",
+        (_track(), Tool("parcel_history", same("FR-7731: 3 scans"), read_only=True, description="Past scans.")),
+        (UserTurn("Check FR-7731", (_calls(TRACK), _calls(TRACK), _calls(Call("parcel_history")), _calls(TRACK))),),
+        Expect(runs={"track_parcel": 2, "parcel_history": 1}, refusals=1, stops=(None,)),
+        {"read_only": {"parcel_history"}},
+    ),
+    Scenario(
+        "results_in_types_json_lacks",
+        "A tool returning the same value holding a datetime, a date, a UUID, a Decimal, an Enum and a dataclass "
+        "is compared as the model reads it: the 3rd same call is refused.",
+        (_track(typed_parcel),),
+        (UserTurn("Where is FR-7731?", (_calls(TRACK),) * 3),),
+        Expect(runs={"track_parcel": 2}, refusals=1, stops=(None,)),
+    ),
+    Scenario(
+        "volatile_tokens_are_not_progress",
+        "The same answer stamped with a fresh request id, trace id and time each run is still the same answer.",
+        (_track(fresh_ids),),
+        (UserTurn("Where is FR-7731?", (_calls(TRACK),) * 3),),
+        Expect(runs={"track_parcel": 2}, refusals=1, stops=(None,)),
+    ),
+    Scenario(
+        "parallel_calls_are_one_batch",
+        "One response asks A, B, C, A, A: decided together before any runs, whatever the SDK's execution order "
+        "and timing; the 3rd A is refused.",
+        (
+            _track(),
+            Tool("parcel_history", same("3 scans"), description="Past scans."),
+            Tool("carrier_status", same("all depots open"), description="The carrier's status."),
+        ),
+        (
+            UserTurn(
+                "Check everything on FR-7731",
+                (_calls(TRACK, Call("parcel_history"), Call("carrier_status"), TRACK, TRACK),),
+            ),
+        ),
+        Expect(runs={"track_parcel": 2, "parcel_history": 1, "carrier_status": 1}, refusals=1, stops=(None,)),
+    ),
+    Scenario(
+        "call_ids_reused_across_responses",
+        "A model layer that answers call id call_0 in every response neither switches the guard off nor "
+        "refuses a call that should run.",
+        (_track(),),
+        (UserTurn("Where is FR-7731?", (_calls(Call("track_parcel", id="call_0")),) * 4),),
+        Expect(runs={"track_parcel": 2}, refusals=2, stops=(None,)),
+    ),
+    Scenario(
+        "one_call_id_for_different_calls",
+        "One id used for three different calls in a response: all three are decided (and run) on their own.",
+        (_track(),),
+        (
+            UserTurn(
+                "Where are my three parcels?",
+                (_calls(*(Call("track_parcel", query, id="call_0") for query in ("FR-1", "FR-2", "FR-3"))),),
+            ),
+        ),
+        Expect(runs={"track_parcel": 3}, refusals=0, stops=(None,)),
+    ),
+    Scenario(
+        "failures_in_a_row_stop_the_turn",
+        "Three failed calls in a row end the turn with too_many_errors; the caller gets the stop message.",
+        (_track(fails()),),
+        (UserTurn("Where are my parcels?", tuple(_calls(Call("track_parcel", f"FR-{n}")) for n in range(6))),),
+        Expect(runs={"track_parcel": 3}, refusals=0, stops=(StopReason.TOO_MANY_ERRORS,)),
+        {"max_errors_in_a_row": 3},
+    ),
+    Scenario(
+        "a_retry_after_a_failure_runs",
+        "Seed 002: a call that failed (a timeout) may be retried, and its success is a new result.",
+        (_track(fails_once("FR-7731: in transit")),),
+        (UserTurn("Where is FR-7731?", (_calls(TRACK), _calls(TRACK))),),
+        Expect(runs={"track_parcel": 2}, refusals=0, stops=(None,)),
+    ),
+    Scenario(
+        "max_model_calls_ends_the_turn",
+        "A step budget: after 3 model calls the turn ends with max_steps, though every call made progress.",
+        (_track(numbered()),),
+        (UserTurn("Watch FR-7731", (_calls(TRACK),) * 10),),
+        Expect(runs={"track_parcel": 3}, refusals=0, stops=(StopReason.MAX_STEPS,)),
+        {"max_model_calls": 3},
+    ),
+    Scenario(
+        "a_write_is_not_sent_twice",
+        "A destructive write (place_order) that succeeded is refused when sent again unchanged, though its "
+        "receipt (a new order number) differs every time.",
+        (Tool("place_order", order_placed, description="Place an order."),),
+        (UserTurn("Order a parcel box", (_calls(Call("place_order", "box")),) * 3),),
+        Expect(runs={"place_order": 1}, refusals=2, stops=(None,)),
+        {"destructive": {"place_order"}},
+    ),
+)
+"""Every scenario; each adapter runs them all on its SDK's real loop."""
+
+
+def scenario(name: str) -> Scenario:
+    """The scenario named ``name``."""
+    return next(item for item in SCENARIOS if item.name == name)

@@ -1,0 +1,152 @@
+"""The adapter kit in the core: what every adapter used to write for itself, written once."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from repeat_hooks import (
+    Feed,
+    GuardSetupError,
+    GuardState,
+    Policy,
+    StateCorrupt,
+    StopRepeatedCalls,
+    Stopwatch,
+    StoreUnavailable,
+    TokenPrices,
+    check_feeds,
+    check_tool_names,
+    load_state,
+    policy_from,
+    usage_tokens,
+)
+
+# -- the policy argument -----------------------------------------------------------------------------------
+
+
+def test_no_policy_is_the_default_policy() -> None:
+    assert policy_from(owner="RepeatGuardPlugin") == Policy()
+
+
+def test_settings_as_keywords_build_the_policy() -> None:
+    assert policy_from(None, {"max_calls": 3}, owner="X") == Policy(max_calls=3)
+
+
+def test_a_policy_is_taken_as_it_is() -> None:
+    policy = Policy(max_calls=4)
+    assert policy_from(policy, owner="X") is policy
+
+
+def test_a_guard_for_one_conversation_is_not_a_policy() -> None:
+    with pytest.raises(TypeError, match=r"RepeatGuard takes a Policy, not a StopRepeatedCalls .*RepeatGuard\(Policy"):
+        policy_from(StopRepeatedCalls(), owner="RepeatGuard")
+
+
+def test_anything_else_is_refused_with_the_right_spelling() -> None:
+    with pytest.raises(TypeError, match=r"takes a repeat_hooks.Policy, not dict: X\(Policy\(\.\.\.\)\)"):
+        policy_from({"max_calls": 2}, owner="X")
+    with pytest.raises(TypeError, match="not both: put max_calls inside Policy"):
+        policy_from(Policy(), {"max_calls": 2}, owner="X")
+    with pytest.raises(TypeError, match=r"unknown setting 'max_call' .did you mean max_calls"):
+        policy_from(None, {"max_call": 2}, owner="X")
+    with pytest.raises(ValidationError, match="max_calls"):
+        policy_from(None, {"max_calls": -1}, owner="X")
+
+
+# -- budgets an adapter cannot feed ----------------------------------------------------------------------------
+
+
+def test_a_budget_nothing_feeds_fails_at_setup_naming_the_fix() -> None:
+    how = {Feed.COST: "RepeatGuard(policy, cost=TokenPrices(...))"}
+    with pytest.raises(GuardSetupError, match=r"max_cost_usd=\.\.\.\) could never trip: set it up with RepeatGuard"):
+        check_feeds(Policy(max_cost_usd=1.0), can={Feed.OUTCOMES, Feed.MODEL_CALLS}, owner="RepeatGuard", how=how)
+    with pytest.raises(GuardSetupError, match="Claude cannot feed seconds: leave it None"):
+        check_feeds(Policy(max_model_seconds=5), can={Feed.OUTCOMES}, owner="Claude")
+    with pytest.raises(GuardSetupError, match="count='per_turn'"):
+        check_feeds(Policy(), can=set(), owner="X")
+    check_feeds(Policy(max_cost_usd=1.0), can=set(Feed), owner="X")  # fed: no error
+    assert issubclass(GuardSetupError, ValueError)
+
+
+def test_a_tool_name_that_matches_no_tool_names_the_closest() -> None:
+    tools = ["track_parcel", "place_order"]
+    with pytest.raises(GuardSetupError, match=r"limits=\.\.\.\) names 'track_parcels'.*did you mean 'track_parcel'"):
+        check_tool_names(Policy(limits={"track_parcels": 0}), tools, owner="RepeatGuard")
+    with pytest.raises(GuardSetupError, match="the agent's tools are place_order, track_parcel"):
+        check_tool_names(Policy(read_only={"zzz"}), tools, owner="RepeatGuard")
+    check_tool_names(Policy(exempt={"place_order"}, destructive={"track_parcel"}), tools, owner="X")
+
+
+# -- prices and usage ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("usage", "tokens"),
+    [
+        (SimpleNamespace(input_tokens=1000, output_tokens=100, cache_read_tokens=400), (1000, 100, 400)),  # pydantic-ai
+        (
+            SimpleNamespace(
+                input_tokens=1000, output_tokens=100, input_tokens_details=SimpleNamespace(cached_tokens=300)
+            ),
+            (1000, 100, 300),
+        ),  # OpenAI Agents
+        ({"input_tokens": 1000, "output_tokens": 100, "input_token_details": {"cache_read": 200}}, (1000, 100, 200)),
+        (
+            SimpleNamespace(
+                prompt_token_count=900,
+                tool_use_prompt_token_count=100,
+                candidates_token_count=80,
+                thoughts_token_count=20,
+                cached_content_token_count=100,
+            ),
+            (1000, 100, 100),
+        ),  # Google genai
+        ({"prompt_tokens": 10, "completion_tokens": 5}, (10, 5, 0)),  # chat completions
+        (None, (0, 0, 0)),
+        (SimpleNamespace(input_tokens=float("nan"), output_tokens=-5), (0, 0, 0)),
+    ],
+)
+def test_usage_tokens_read_every_sdk(usage: Any, tokens: tuple[int, int, int]) -> None:
+    assert usage_tokens(usage) == tokens
+
+
+def test_token_prices_are_a_cost_function() -> None:
+    cost = TokenPrices(3.0, 15.0, cached_input_usd_per_million=0.3)
+    usage = {"input_tokens": 1_000_000, "output_tokens": 100_000, "input_token_details": {"cache_read": 500_000}}
+    assert cost(usage) == pytest.approx(1.5 + 0.15 + 1.5)
+
+
+def test_a_stopwatch_times_one_call_at_a_time() -> None:
+    now = iter([10.0, 12.5, 20.0, 21.0])
+    watch = Stopwatch(lambda: next(now))
+    assert watch.seconds() == 0.0  # never started
+    watch.start()
+    assert watch.seconds() == 2.5
+    watch.start()
+    assert watch.seconds() == 1.0
+    assert Stopwatch(None).seconds() == 0.0
+
+
+# -- stored states -----------------------------------------------------------------------------------------
+
+
+def test_load_state_reads_what_was_kept() -> None:
+    state = GuardState()
+    state.start("t1")
+    assert load_state(None) == GuardState()
+    assert load_state(state) is state
+    assert load_state(state.model_dump_json()) == state
+    assert load_state(state.model_dump_json().encode()) == state
+    assert load_state(json.loads(state.model_dump_json())) == state
+
+
+@pytest.mark.parametrize("stored", ["not json", b"\xff\xfe", {"turn": {"counts": "x"}}, 42, '{"turn": "x"}'])
+def test_a_state_someone_else_wrote_says_how_to_recover(stored: Any) -> None:
+    with pytest.raises(StateCorrupt, match="delete it to start this conversation's counts afresh") as error:
+        load_state(stored)
+    assert isinstance(error.value, StoreUnavailable)

@@ -1,0 +1,241 @@
+"""Results as the model reads them: types JSON lacks, volatile tokens, values with no stable form; effect
+hints; one model response decided as a batch; call ids an SDK gets wrong."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import decimal
+import enum
+import uuid
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from repeat_hooks import (
+    Policy,
+    RefusalKind,
+    StopRepeatedCalls,
+    ToolCall,
+    batch_call_ids,
+    error_text,
+    model_view,
+    outcome_digest,
+)
+from repeat_hooks.result import UNKNOWN_OUTCOME
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class Box:
+    size: decimal.Decimal
+
+
+class Order(BaseModel):
+    number: str
+    placed: datetime.date
+
+
+def run(guard: StopRepeatedCalls, call: ToolCall, result: Any) -> bool:
+    if guard.pre_tool_call(call) is not None:
+        return False
+    guard.post_tool_call(call, result=result)
+    return True
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        datetime.datetime(2026, 12, 1, 10, 0, tzinfo=datetime.timezone.utc),
+        datetime.date(2026, 12, 1),
+        uuid.UUID("5f0c1d2e-3a4b-4c5d-8e9f-0a1b2c3d4e5f"),
+        decimal.Decimal("1.25"),
+        Colour.RED,
+        Box(decimal.Decimal("2")),
+        Order(number="A1", placed=datetime.date(2026, 1, 2)),
+        {"tags": {"b", "a", "c"}},
+        frozenset({frozenset({1, 2}), frozenset({3})}),
+        b"\x89PNG raw bytes",
+    ],
+)
+def test_a_constant_result_in_a_type_json_lacks_is_the_same_result(value: Any) -> None:
+    guard = StopRepeatedCalls()
+    call = ToolCall("lookup", {"q": 1})
+    assert outcome_digest(True, {"v": value}) != UNKNOWN_OUTCOME
+    assert [run(guard, call, {"v": value}) for _ in range(3)] == [True, True, False]
+
+
+def test_sets_compare_whatever_their_order() -> None:
+    assert outcome_digest(True, {"b", "a"}) == outcome_digest(True, {"a", "b"})
+    assert model_view({"s": {3, 1, 2}}) == {"s": [1, 2, 3]}
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("req 5f0c1d2e-3a4b-4c5d-8e9f-0a1b2c3d4e5f ok", "req 9E8D7C6B-5A4F-4E3D-8C2B-1A0F9E8D7C6B ok"),
+        ("trace 0123456789abcdef0123", "trace fedcba9876543210fedc"),
+        ("at 2026-12-01T10:00:00Z", "at 2026-12-01T10:00:07.123456+01:00"),
+        ("at 2026-12-01 10:00", "at 2026-12-02 11:30"),
+        ({"checked_at": "2026-12-01T10:00:00"}, {"checked_at": "2026-12-01T10:00:01"}),
+    ],
+)
+def test_volatile_tokens_are_masked(first: Any, second: Any) -> None:
+    assert outcome_digest(True, first) == outcome_digest(True, second)
+    assert outcome_digest(True, first, mask_volatile=False) != outcome_digest(True, second, mask_volatile=False)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("due 2026-12-01", "due 2026-12-02"),  # a plain date: a new date usually means a change
+        ("order ORD-1", "order ORD-2"),
+        ("hash abcdef0123456", "hash abcdef0123457"),  # 13 hex digits: not an id
+        ("count 1234567890123456", "count 1234567890123457"),  # 16 decimal digits are hex digits too...
+    ],
+)
+def test_what_is_not_volatile_still_tells_results_apart(first: str, second: str) -> None:
+    same = outcome_digest(True, first) == outcome_digest(True, second)
+    assert same is (first.startswith("count"))  # ...so long numbers are masked: documented
+
+
+def test_a_fresh_request_id_in_every_result_is_still_a_loop() -> None:
+    guard = StopRepeatedCalls()
+    call = ToolCall("track", {"n": "FR-7731"})
+    runs = [run(guard, call, {"status": "in transit", "request_id": str(uuid.uuid4())}) for _ in range(3)]
+    assert runs == [True, True, False]
+    keeps = StopRepeatedCalls(mask_volatile=False)
+    assert all(run(keeps, call, {"status": "in transit", "request_id": str(uuid.uuid4())}) for _ in range(5))
+
+
+def test_a_value_with_a_repr_of_its_own_is_compared_by_it() -> None:
+    class Money:
+        def __init__(self, cents: int) -> None:
+            self.cents = cents
+
+        def __repr__(self) -> str:
+            return f"Money({self.cents})"
+
+    assert outcome_digest(True, Money(5)) == outcome_digest(True, Money(5)) != outcome_digest(True, Money(6))
+
+
+def test_values_with_no_stable_form_are_unknown_and_never_raise() -> None:
+    class Hostile:
+        def __repr__(self) -> str:
+            raise RuntimeError("no")
+
+    nested: Any = []
+    for _ in range(500):
+        nested = [nested]
+    for value in (object(), Hostile(), {"x": [object()]}, nested):
+        assert outcome_digest(True, value) == UNKNOWN_OUTCOME
+
+
+def test_error_text_is_the_type_and_the_message() -> None:
+    assert error_text(ValueError("bad parcel")) == "ValueError: bad parcel"
+
+    class Failing(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    assert error_text(Failing()) == "Failing: "
+
+
+# -- effect hints ---------------------------------------------------------------------------------------
+
+
+def receipt(number: int) -> dict[str, str]:
+    return {"order": f"ORD-{number}"}
+
+
+def test_a_destructive_call_that_succeeded_is_not_sent_again_unchanged() -> None:
+    guard = StopRepeatedCalls()
+    order = ToolCall("place_order", {"sku": "box"}, destructive=True, idempotent=False)
+    assert run(guard, order, receipt(1))
+    refusal = guard.pre_tool_call(order)
+    assert refusal is not None and refusal.kind is RefusalKind.DUPLICATE_WRITE
+    assert "would do it twice" in refusal.message
+
+
+def test_a_change_in_between_allows_the_write_again() -> None:
+    # The shell trap: the same command after each edit is legitimate.
+    guard = StopRepeatedCalls()
+    command = ToolCall("shell", {"cmd": "pytest -x"}, destructive=True, idempotent=False)
+    for attempt in range(4):
+        assert run(guard, command, f"{attempt} failed")
+        assert run(guard, ToolCall("shell", {"cmd": f"sed -i s/{attempt}/x/ f.py"}, destructive=True), "")
+
+
+def test_only_explicit_hints_count() -> None:
+    guard = StopRepeatedCalls()
+    unannotated = ToolCall("place_order", {"sku": "box"})  # MCP's default says destructive: not explicit here
+    assert [run(guard, unannotated, receipt(n)) for n in range(3)] == [True, True, True]  # new receipts
+    destructive_only = ToolCall("place_order", {"sku": "mug"}, destructive=True)  # idempotent unknown
+    assert [run(guard, destructive_only, receipt(n)) for n in range(3)] == [True, True, True]
+    assert ToolCall("x", destructive="yes").destructive is None  # type: ignore[arg-type]
+
+
+def test_the_destructive_setting_marks_plain_tools() -> None:
+    guard = StopRepeatedCalls(destructive={"place_order"})
+    order = ToolCall("place_order", {"sku": "box"})
+    assert [run(guard, order, receipt(n)) for n in range(3)] == [True, False, False]
+    with pytest.raises(ValueError, match="both in read_only and in destructive"):
+        Policy(read_only={"place_order"}, destructive={"place_order"})
+
+
+def test_an_idempotent_repeat_changes_nothing() -> None:
+    def session(idempotent: bool | None) -> list[bool]:
+        guard = StopRepeatedCalls(max_cycle_period=None)
+        track = ToolCall("track", {"n": 1})
+        cancel = ToolCall("cancel_order", {"id": 7}, idempotent=idempotent)
+        steps = [track, cancel, track, cancel, track, track]
+        return [run(guard, call, "x") for call in steps]
+
+    assert session(None) == [True] * 6  # each cancel may have changed the order: every track is new
+    assert session(True) == [True, True, True, True, True, False]  # the 2nd cancel changed nothing
+
+
+# -- batches and call ids -----------------------------------------------------------------------------------
+
+
+def test_a_response_is_decided_as_one_batch() -> None:
+    a, b, c = ToolCall("a", call_id="1"), ToolCall("b", call_id="2"), ToolCall("c", call_id="3")
+    calls = [a, b, c, ToolCall("a", call_id="4"), ToolCall("a", call_id="5")]
+    guard = StopRepeatedCalls()
+    decisions = guard.pre_tool_calls(calls)
+    assert [d is None for d in decisions] == [True, True, True, True, False]
+    for call, decision in zip(calls, decisions, strict=True):  # the tools run later, in any order
+        assert guard.pre_tool_call(call) == decision
+        if decision is None:
+            guard.post_tool_call(call, result=f"new {call.call_id}")
+    assert guard.state.turn.refusals == 1
+
+
+def test_one_id_used_for_several_calls_in_a_response() -> None:
+    calls = [ToolCall("track", {"n": n}, call_id="call_0") for n in range(3)]
+    assert batch_call_ids(calls) == ["call_0", "call_0#1", "call_0#2"]
+    guard = StopRepeatedCalls()
+    assert guard.pre_tool_calls(calls) == [None, None, None]
+    same = [ToolCall("track", {"n": 1}, call_id="x") for _ in range(3)]
+    assert [d is None for d in StopRepeatedCalls().pre_tool_calls(same)] == [True, True, False]
+
+
+def test_an_id_reused_in_every_response_neither_switches_the_guard_off_nor_repeats_a_decision() -> None:
+    guard = StopRepeatedCalls()
+    call = ToolCall("track", {"n": 1}, call_id="call_0")
+    ran = []
+    for _ in range(4):
+        assert guard.pre_llm_call() is None
+        ran.append(run(guard, call, "in transit"))
+    assert ran == [True, True, False, False]
+
+
+def test_empty_ids_are_no_ids() -> None:
+    guard = StopRepeatedCalls()
+    call = ToolCall("track", {"n": 1}, call_id="")
+    assert [run(guard, call, "in transit") for _ in range(3)] == [True, True, False]
+    assert not guard.state.deliveries
