@@ -49,15 +49,38 @@ class ToolCall:
     idempotent: bool | None = None
 
     def __post_init__(self) -> None:
-        # The state keeps names and ids as text: an int id must not come back as another value.
-        if type(self.name) is not str:
-            object.__setattr__(self, "name", str(self.name))
-        if self.call_id is not None and type(self.call_id) is not str:
-            object.__setattr__(self, "call_id", str(self.call_id))
+        # The state keeps names and ids as text: an int id must not come back as another value, and a lone
+        # surrogate must not make the state unwritable.
+        name = self.name
+        if type(name) is not str or not name.isascii():
+            object.__setattr__(self, "name", as_text(name))
+        call_id = self.call_id
+        if call_id is not None and (type(call_id) is not str or not call_id.isascii()):
+            object.__setattr__(self, "call_id", as_text(call_id))
         for hint in ("read_only", "destructive", "idempotent"):
             value = getattr(self, hint)
             if value is not None and type(value) is not bool:
                 object.__setattr__(self, hint, None)  # not an explicit True or False: unknown
+
+
+def as_text(value: Any) -> str:
+    """``value`` as text that JSON can always write and read back the same: ``str(value)`` (or its type's
+    name if that raises), with lone surrogates written as ``\\udXXX`` escapes. Ids and names go through it."""
+    text: str
+    if type(value) is str:
+        text = value
+    else:
+        try:
+            text = str.__str__(str(value))  # str.__str__: a plain str, even from a str subclass
+        except Exception:
+            text = f"<{_type_name(value)}>"
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def batch_call_ids(calls: Sequence[ToolCall]) -> list[str | None]:
@@ -85,13 +108,21 @@ def canonical_arguments(arguments: Any, ignore: Iterable[str] = ()) -> str:
     works. Text over ``MAX_ARGUMENT_CHARS`` is not parsed and stays one string.
     """
     ignored = ignore if type(ignore) is frozenset else frozenset(ignore)
-    value = _parse(arguments)
-    if not ignored:
-        try:
-            return _dumps(value)
-        except (TypeError, ValueError, RecursionError):
-            pass
-    return _encode(value, ignored)
+    try:
+        value = _parse(arguments)
+        if not ignored:
+            try:
+                return _dumps(value)
+            except (TypeError, ValueError, RecursionError):
+                pass
+        return _encode(value, ignored)
+    except Exception:  # a hostile container (items() or __len__ raising, ...): its type is all that is safe
+        return _dumps(f"<unreadable {_type_name(arguments)}>")
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)  # type() never consults a hostile __class__
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def call_key(name: str, arguments: Any, *, by_arguments: bool = True, ignore: Iterable[str] = ()) -> str:
@@ -130,6 +161,9 @@ def _encode(root: Any, ignored: frozenset[str]) -> str:
             if item.closes is not None:
                 on_path.discard(item.closes)
             continue
+        if type(item) is _Raw:
+            out.append(item.text)
+            continue
         value = _plain(item)
         if not isinstance(value, (Mapping, list, tuple)):
             out.append(_scalar(value))
@@ -162,6 +196,15 @@ def _first(pair: tuple[str, Any]) -> str:
     return pair[0]
 
 
+class _Raw:
+    """Canonical text already written (a set's member): emitted as it is, never escaped again."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
 class _Text:
     __slots__ = ("closes", "text")
 
@@ -184,7 +227,10 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Mapping):
         return value
     if isinstance(value, (set, frozenset)):
-        return sorted(_encode(v, frozenset()) for v in value)
+        try:  # members written once, in canonical order: nested sets grow linearly, not exponentially
+            return [_Raw(text) for text in sorted(_encode(v, frozenset()) for v in value)]
+        except RecursionError:
+            return f"<{_type_name(value)} nested too deep>"
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).decode("utf-8", "replace")
     try:
@@ -195,7 +241,7 @@ def _plain(value: Any) -> Any:
             return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     except Exception:  # a hostile object: its type is all that is safe to use
         pass
-    return f"<{type(value).__module__}.{type(value).__qualname__}>"
+    return f"<{_type_name(value)}>"
 
 
 def _scalar(value: Any) -> str:
@@ -204,4 +250,10 @@ def _scalar(value: Any) -> str:
     try:
         return _dumps(value)
     except (TypeError, ValueError):
+        pass
+    if isinstance(value, int):  # over the int-to-text digit limit: its hex form has no limit
+        return _dumps(f"<int {hex(value)}>")
+    try:
         return _dumps(repr(value))
+    except Exception:
+        return _dumps(f"<{_type_name(value)}>")

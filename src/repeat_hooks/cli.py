@@ -19,6 +19,7 @@ import gzip
 import io
 import json
 import sys
+import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -28,6 +29,10 @@ from pydantic import ValidationError
 from .policy import Policy
 from .replay import RecordedCall, Tally, Trajectory, replay_one
 
+MAX_LINE_CHARS = 64 * 1024 * 1024
+"""A JSON Lines line longer than this is reported and skipped (read in chunks: memory stays bounded)."""
+MAX_DOCUMENT_CHARS = 256 * 1024 * 1024
+"""A file that is one JSON document (not JSON Lines) may be at most this long."""
 PROGRESS_BYTES = 4 * 1024 * 1024
 """Files larger than this show a progress bar on a terminal."""
 
@@ -136,60 +141,100 @@ def read_trajectories(path: Path) -> Iterator[Trajectory]:
     """The trajectories in ``path`` (JSONL or JSON, gzipped or not); malformed records reported on stderr.
 
     JSON Lines when the first line is a JSON value of its own, else one JSON document (a record, a list of
-    records, or one chat-format conversation). Raises ``MalformedRecordsSeen`` after the last good record
-    if any record was malformed, or if the file ends early (a truncated gzip).
+    records, or one chat-format conversation). Memory stays bounded: a line over ``MAX_LINE_CHARS``, a
+    document over ``MAX_DOCUMENT_CHARS`` or nested too deep is reported and skipped. Raises
+    ``MalformedRecordsSeen`` after the last good record if any record was malformed, or if the file ends
+    early or its compression is corrupt (a one-line reason on stderr, never a traceback).
     """
-    bad = 0
+    seen = _Seen(path)
     with path.open("rb") as raw:
-        size = path.stat().st_size
-        show = size > PROGRESS_BYTES and sys.stderr.isatty()
         text = _open_text(raw)
-        number = 0
         try:
-            first = text.readline()
+            first = text.readline(MAX_LINE_CHARS + 1)
             while first and not first.strip():
-                first = text.readline()
+                first = text.readline(MAX_LINE_CHARS + 1)
             try:
                 json.loads(first)
-                lines: Iterator[str] | None = _chain(first, text)
-            except ValueError:
+                lines: Iterator[str | None] | None = _chain(first, text)
+            except (ValueError, RecursionError):
                 lines = None
             if lines is None:  # one JSON document over several lines
-                try:
-                    document = json.loads(first + text.read())
-                except ValueError as error:
-                    print(f"repeat-hooks: {path}: not JSON Lines, nor one JSON document: {error}", file=sys.stderr)
-                    raise MalformedRecordsSeen(1) from None
-                for index, record in enumerate(_records(document)):
-                    try:
-                        yield parse_record(record, f"{path.name}:{index}")
-                    except MalformedRecord as error:
-                        bad += 1
-                        print(f"repeat-hooks: {path}: record {index}: {error}", file=sys.stderr)
+                yield from _document(first, text, seen)
             else:
-                for number, line in enumerate(lines, start=1):
-                    if not line.strip():
-                        continue
-                    try:
-                        for record in _records(json.loads(line)):
-                            yield parse_record(record, f"{path.name}:{number}")
-                    except (ValueError, MalformedRecord) as error:
-                        bad += 1
-                        print(f"repeat-hooks: {path}: line {number}: {error}", file=sys.stderr)
-                    if show and number % 50 == 0:
-                        print(f"\r{path.name}: {100 * raw.tell() // max(size, 1):3d}%", end="", file=sys.stderr)
-                if show:
-                    print(f"\r{path.name}: 100%", file=sys.stderr)
-        except (EOFError, OSError, UnicodeError) as error:
-            bad += 1
-            print(f"repeat-hooks: {path}: unreadable after line {number}: {error}", file=sys.stderr)
-    if bad:
-        raise MalformedRecordsSeen(bad)
+                yield from _json_lines(lines, raw, seen)
+        except (EOFError, OSError, UnicodeError, zlib.error) as error:
+            seen.report(f"unreadable after line {seen.line}: {error}")
+    if seen.bad:
+        raise MalformedRecordsSeen(seen.bad)
 
 
-def _chain(first: str, text: IO[str]) -> Iterator[str]:
-    yield first
-    yield from text
+class _Seen:
+    """What reading one file has met so far: its line number and its malformed records (each reported)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.line = 0
+        self.bad = 0
+
+    def report(self, problem: str) -> None:
+        self.bad += 1
+        print(f"repeat-hooks: {self.path}: {problem}", file=sys.stderr)
+
+
+def _document(first: str, text: IO[str], seen: _Seen) -> Iterator[Trajectory]:
+    try:
+        whole = first + text.read(MAX_DOCUMENT_CHARS + 1 - len(first))
+        if len(whole) > MAX_DOCUMENT_CHARS:
+            raise ValueError(f"one JSON document over {MAX_DOCUMENT_CHARS} characters: use JSON Lines")
+        document = json.loads(whole)
+    except RecursionError:
+        seen.report("not JSON Lines, nor one JSON document: nested too deep")
+        return
+    except ValueError as error:
+        seen.report(f"not JSON Lines, nor one JSON document: {error}")
+        return
+    for index, record in enumerate(_records(document)):
+        try:
+            yield parse_record(record, f"{seen.path.name}:{index}")
+        except MalformedRecord as error:
+            seen.report(f"record {index}: {error}")
+
+
+def _json_lines(lines: Iterator[str | None], raw: IO[bytes], seen: _Seen) -> Iterator[Trajectory]:
+    size = seen.path.stat().st_size
+    show = size > PROGRESS_BYTES and sys.stderr.isatty()
+    for number, line in enumerate(lines, start=1):
+        seen.line = number
+        if line is None:
+            seen.report(f"line {number}: over {MAX_LINE_CHARS} characters")
+            continue
+        if not line.strip():
+            continue
+        try:
+            for record in _records(json.loads(line)):
+                yield parse_record(record, f"{seen.path.name}:{number}")
+        except RecursionError:
+            seen.report(f"line {number}: nested too deep")
+        except (ValueError, MalformedRecord) as error:
+            seen.report(f"line {number}: {error}")
+        if show and number % 50 == 0:
+            print(f"\r{seen.path.name}: {100 * raw.tell() // max(size, 1):3d}%", end="", file=sys.stderr)
+    if show:
+        print(f"\r{seen.path.name}: 100%", file=sys.stderr)
+
+
+def _chain(first: str, text: IO[str]) -> Iterator[str | None]:
+    """The lines of ``text`` after ``first``, each at most ``MAX_LINE_CHARS`` long; ``None`` for a longer one
+    (skipped in chunks, so memory stays bounded)."""
+    line = first
+    while line:
+        if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+            while line and not line.endswith("\n"):
+                line = text.readline(MAX_LINE_CHARS)
+            yield None
+        else:
+            yield line
+        line = text.readline(MAX_LINE_CHARS + 1)
 
 
 def _records(document: Any) -> list[Any]:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from .stop_reason import StopReason
 
@@ -61,15 +61,15 @@ class Stop(BaseModel):
 class GuardEvent(BaseModel):
     """A refusal or a stop, kept in the state for whoever reads it later (no argument values)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: Literal["refusal", "stop"]
     reason: StopReason
     tool: str | None
     """The tool refused, or the tool that tripped the stop (``None`` for budgets)."""
-    count: float
+    count: Annotated[float, Field(allow_inf_nan=False)]
     """What tripped: the call's number for its key, refusals, errors in a row, model calls, seconds or dollars."""
-    limit: float
+    limit: Annotated[float, Field(allow_inf_nan=False)]
     turn_id: str | None
     turn: int
     """The turn's number in this state: 1 for the first turn."""

@@ -54,30 +54,39 @@ def policy_from(policy: Any = None, settings: Mapping[str, Any] | None = None, *
     return Policy(**settings)
 
 
-def check_feeds(policy: Policy, *, can: Iterable[Feed], owner: str, how: Mapping[Feed, str] | None = None) -> None:
+def check_feeds(
+    policy: Policy,
+    *,
+    can: Iterable[Feed],
+    owner: str,
+    how: Mapping[Feed, str] | None = None,
+    error: type[GuardSetupError] = GuardSetupError,
+) -> None:
     """Raise ``GuardSetupError`` if ``policy`` needs a figure the adapter cannot (or was not set up to) feed.
 
     ``can``: what the adapter feeds as set up; ``how``: for a figure it could feed with more setup, the
     spelling that does it (``{Feed.COST: "RepeatGuard(policy, cost=TokenPrices(...))"}``), else the budget
-    is said to be one this SDK cannot feed.
+    is said to be one this SDK cannot feed. ``error``: the adapter's own ``GuardSetupError`` subclass, if any.
     """
     missing = policy.feeds() - frozenset(can)
     for rule in STOP_RULES:
         if rule.feed in missing and getattr(policy, rule.setting) is not None:
             fix = (how or {}).get(rule.feed)
             advice = f"set it up with {fix}" if fix else f"{owner} cannot feed {rule.feed.value}: leave it None"
-            raise GuardSetupError(f"Policy({rule.setting}=...) could never trip: {advice}")
+            raise error(f"Policy({rule.setting}=...) could never trip: {advice}")
     if Feed.OUTCOMES in missing:
-        raise GuardSetupError(
+        raise error(
             f"{owner} does not record tool outcomes, which count='progress' and count_failures=False need: "
             "use Policy(count='per_turn')"
         )
 
 
-def check_tool_names(policy: Policy, tools: Iterable[str], *, owner: str) -> None:
-    """Raise ``GuardSetupError`` if a tool named in ``limits``, ``exempt``, ``read_only`` or ``destructive``
-    matches none of ``tools`` (the agent's tool names), naming the closest real one: a typo there would
-    leave the tool unguarded without a word."""
+def check_tool_names(
+    policy: Policy, tools: Iterable[str], *, owner: str, error: type[GuardSetupError] = GuardSetupError
+) -> None:
+    """Raise ``GuardSetupError`` (or ``error``, the adapter's subclass) if a tool named in ``limits``,
+    ``exempt``, ``read_only`` or ``destructive`` matches none of ``tools`` (the agent's tool names), naming
+    the closest real one: a typo there would leave the tool unguarded without a word."""
     known = sorted(set(tools))
     for setting in _NAMED_TOOLS:
         for name in sorted(getattr(policy, setting)):
@@ -88,6 +97,4 @@ def check_tool_names(policy: Policy, tools: Iterable[str], *, owner: str) -> Non
                     if close
                     else f"; the agent's tools are {', '.join(known) or 'none'}"
                 )
-                raise GuardSetupError(
-                    f"Policy({setting}=...) names {name!r}, which is none of {owner}'s agent's tools{hint}"
-                )
+                raise error(f"Policy({setting}=...) names {name!r}, which is none of {owner}'s agent's tools{hint}")

@@ -20,14 +20,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, field_serializer, field_validator, model_validator
 
-from .call import ToolCall, batch_call_ids, call_key
+from .call import ToolCall, as_text, batch_call_ids, call_key
 from .decision import GuardEvent, Refusal, RefusalKind, Stop
 from .messages import REFUSAL_MESSAGES, REPEAT_MESSAGES, STOP_MESSAGES, TURN_ENDED, check_template, render
 from .result import UNKNOWN_OUTCOME, outcome_digest
 from .state import SEEN, Delivery, GuardState
 from .stop_reason import StopReason
 from .stop_rule import STOP_RULES, Feed, HookPoint
-from .turn import Mark, Turn
+from .turn import MAX_KEYS, MAX_RUNS, Mark, Turn
 from .whole import WholeModel
 
 logger = logging.getLogger("repeat_hooks")
@@ -52,7 +52,7 @@ class Policy(WholeModel):
     """Tools that act on the world so that a repeat does it twice (``{"place_order"}``; MCP's explicit
     ``destructiveHint: true`` with ``idempotentHint: false`` says the same): once such a call succeeded, the
     same call is refused until another call changes something, whatever it returned."""
-    max_cycle_period: Annotated[int, Field(ge=2)] | None = 8
+    max_cycle_period: Annotated[int, Field(ge=2, le=MAX_RUNS // 2)] | None = 8
     """With ``count="progress"``: the longest cycle (A-B-A-B, A-B-C-A-B-C, ...) refused at the start of its
     third pass once its second pass repeated the first (same calls, same results); ``None`` switches it off."""
     ignore_results: frozenset[str] = frozenset()
@@ -73,7 +73,7 @@ class Policy(WholeModel):
     """Per-tool overrides of ``max_calls``, by tool name (``{"place_order": 1}``)."""
     exempt: frozenset[str] = frozenset()
     """Tools never counted nor refused (``{"wait_for_job"}``)."""
-    window: Annotated[int, Field(ge=1)] | None = None
+    window: Annotated[int, Field(ge=1, le=MAX_KEYS)] | None = None
     """Count only within the last ``window`` counted calls of the turn (a sliding window)."""
     ignore_arguments: frozenset[str] = frozenset()
     """Argument fields left out of the key, at any depth (``{"request_id"}``)."""
@@ -95,7 +95,7 @@ class Policy(WholeModel):
     default for the rule that refused it."""
     stop_messages: dict[StopReason, str] = Field(default_factory=dict)
     """Final texts by stop reason, over the defaults (same placeholders)."""
-    max_keys: Annotated[int, Field(ge=1)] = 1024
+    max_keys: Annotated[int, Field(ge=1, le=MAX_KEYS)] = 1024
     """Distinct call keys kept per turn; past it the least recently used is forgotten."""
 
     @field_validator("refusal_message")
@@ -166,6 +166,8 @@ class Policy(WholeModel):
 
         ``None`` always starts a new turn. Returns nothing.
         """
+        if turn_id is not None and type(turn_id) is not str:
+            turn_id = as_text(turn_id)
         if turn_id is None or turn_id != state.turn.id:
             state.start(turn_id)
 
@@ -177,7 +179,7 @@ class Policy(WholeModel):
         other than the current one starts that turn first.
         """
         turn = state.turn
-        if turn_id is not None and turn_id != turn.id:
+        if turn_id is not None and (type(turn_id) is not str or turn_id != turn.id):
             turn = _enter(state, turn_id)
         name = call.name
         scoped = _scoped(turn, call.call_id) if call.call_id else None
@@ -261,7 +263,7 @@ class Policy(WholeModel):
         turn = _enter(state, turn_id)
         if delivery_id is not None and _seen_before(state, delivery_id):
             return
-        ok = ok is True or (ok is not False and bool(ok))
+        ok = _flag(ok)
         key: str | None = None
         scoped = _scoped(turn, call.call_id)
         if scoped is not None:
@@ -515,13 +517,26 @@ class Policy(WholeModel):
         )
 
 
-def _enter(state: GuardState, turn_id: str | None) -> Turn:
-    """The one turn-change path: a ``turn_id`` other than the current turn's starts that turn."""
+def _enter(state: GuardState, turn_id: Any) -> Turn:
+    """The one turn-change path: a ``turn_id`` (as text) other than the current turn's starts that turn."""
     turn = state.turn
-    if turn_id is not None and turn_id != turn.id:
-        state.start(turn_id)
-        turn = state.turn
+    if turn_id is not None:
+        if type(turn_id) is not str or not turn_id.isascii():
+            turn_id = as_text(turn_id)
+        if turn_id != turn.id:
+            state.start(turn_id)
+            turn = state.turn
     return turn
+
+
+def _flag(ok: Any) -> bool:
+    """An outcome's ``ok`` as a bool, whatever the adapter passed (a hostile ``__bool__`` counts as a failure)."""
+    if ok is True or ok is False:
+        return ok
+    try:
+        return bool(ok)
+    except Exception:
+        return False
 
 
 def _scoped(turn: Turn, call_id: str | None) -> str | None:
@@ -532,8 +547,10 @@ def _scoped(turn: Turn, call_id: str | None) -> str | None:
     return f"{call_id}@{turn.number}.{turn.responses}"
 
 
-def _seen_before(state: GuardState, delivery_id: str) -> bool:
+def _seen_before(state: GuardState, delivery_id: Any) -> bool:
     """The one de-duplication path for outcomes and model calls: ``True`` if ``delivery_id`` was seen."""
+    if type(delivery_id) is not str or not delivery_id.isascii():
+        delivery_id = as_text(delivery_id)
     if delivery_id in state.deliveries:
         return True
     state.remember(delivery_id, SEEN)
@@ -555,12 +572,21 @@ def _decrement(turn: Turn, key: str) -> None:
 _LARGEST = sys.float_info.max
 
 
+def _kind(value: Any) -> str:
+    """What a bad figure was, for a log line: its type, and for a float its value (never any other value)."""
+    return f"float {value}" if type(value) is float else type(value).__name__
+
+
 def _amount(value: Any, name: str) -> float:
     try:
         amount = float(value)
+    except OverflowError:  # an int past the largest float: any budget trips
+        return _LARGEST
     except Exception:  # not a number, or a hostile __float__
         amount = math.nan
     if math.isnan(amount) or amount < 0:
-        logger.warning("repeat_hooks: post_llm_call got %s=%r; counted as 0", name, value)
+        logger.warning(
+            "repeat_hooks: post_llm_call got a %s for %s, not a figure >= 0: counted as 0", _kind(value), name
+        )
         return 0.0
     return min(amount, _LARGEST)

@@ -439,5 +439,5 @@ def _text(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, bytes):
-        return value.decode()
+        return value.decode("utf-8", "replace")  # bytes someone else wrote: the state check refuses them
     return str(value)

@@ -38,6 +38,19 @@ VOLATILE = re.compile(
     r"|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"  # an ISO date-time
 )
 """The volatile tokens masked in results before digesting (see the module's docstring)."""
+_CANDIDATE = re.compile(r"[0-9a-fA-F][0-9a-fA-F:+.,TZ -]{15,}")
+"""Runs of the characters volatile tokens are made of, 16 or more long: ``VOLATILE`` is tried only inside
+them (its own scan costs ~100 ns a character; this one a tenth of that), with the same result."""
+
+
+def mask_volatile(text: str) -> str:
+    """``text`` with every ``VOLATILE`` token replaced by ``~``."""
+    return _CANDIDATE.sub(_mask_run, text)
+
+
+def _mask_run(run: re.Match[str]) -> str:
+    return VOLATILE.sub("~", run.group())
+
 
 _OPAQUE = object()
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -83,13 +96,19 @@ def _plain_sets(value: Any, depth: int) -> Any:
     return value
 
 
+class _NoStableForm(Exception):
+    """Raised out of pydantic's conversion: the result holds a value with no stable form."""
+
+
 def _fallback(value: Any) -> Any:
+    """A value pydantic cannot convert: its own ``repr``, or (raised) no stable form at all. Never returns
+    a value pydantic would hand back here again."""
     try:
         text = repr(value)
     except Exception:
-        return _OPAQUE
-    if _ADDRESS.search(text):
-        return _OPAQUE
+        raise _NoStableForm from None
+    if type(text) is not str or _ADDRESS.search(text):
+        raise _NoStableForm
     return f"<{type(value).__qualname__}:{text}>"
 
 
@@ -106,7 +125,7 @@ def outcome_digest(ok: bool, result: Any, ignore: Iterable[str] = (), *, mask_vo
     if '"<' in text and (_STAND_IN.search(text) or "<object object at" in text):
         return UNKNOWN_OUTCOME  # an _OPAQUE part inside a container
     if mask_volatile:
-        text = VOLATILE.sub("~", text)
+        text = _CANDIDATE.sub(_mask_run, text)
     text = f"{'ok' if ok else 'failed'}\x00{text}"
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from .decision import GuardEvent, Stop
 from .store_errors import StateCorrupt
@@ -15,6 +15,8 @@ MAX_DELIVERIES = 64
 """Delivery ids remembered for idempotency (oldest forgotten first)."""
 MAX_EVENTS = 64
 """Refusal and stop events kept (oldest dropped first)."""
+MAX_STATE_CHARS = 16_000_000
+"""A stored state longer than this (in JSON characters) is refused before it is parsed."""
 
 
 class Delivery(NamedTuple):
@@ -41,14 +43,17 @@ class GuardState(WholeModel):
     """Everything the guard counts. Serializable: ``model_validate_json(model_dump_json())`` is exact.
 
     Holds digests, tool names and ids, never argument or result values. A state saved by 0.1 (the
-    per-turn counters at the top level) loads as it was.
+    per-turn counters at the top level) loads as it was. Loading checks every bound (see ``Turn``);
+    ``load_state`` turns any failure into ``StateCorrupt``.
     """
+
+    model_config = ConfigDict(extra="forbid")
 
     turn: Turn = Field(default_factory=Turn)
     """The current turn's counters (a fresh ``Turn`` at every new turn)."""
-    deliveries: dict[str, Delivery] = Field(default_factory=dict)
+    deliveries: dict[str, Delivery] = Field(default_factory=dict, max_length=MAX_DELIVERIES)
     """Recently decided delivery ids (at most ``MAX_DELIVERIES``), across turns."""
-    events: list[GuardEvent] = Field(default_factory=list)
+    events: list[GuardEvent] = Field(default_factory=list, max_length=MAX_EVENTS)
     """The last ``MAX_EVENTS`` refusals and stops, across turns."""
 
     @model_validator(mode="before")
@@ -102,12 +107,17 @@ def load_state(stored: str | bytes | bytearray | dict[str, Any] | GuardState | N
         return GuardState()
     if isinstance(stored, GuardState):
         return stored
+    if isinstance(stored, (str, bytes, bytearray)) and len(stored) > MAX_STATE_CHARS:
+        raise StateCorrupt(
+            f"the stored guard state is {len(stored)} characters long, more than any state the guard writes "
+            f"({MAX_STATE_CHARS}); delete it to start this conversation's counts afresh"
+        )
     try:
         if isinstance(stored, (str, bytes, bytearray)):
             return GuardState.model_validate_json(stored)
         if isinstance(stored, dict):
             return GuardState.model_validate(stored)
-    except (ValidationError, ValueError, RecursionError) as error:
+    except (ValidationError, ValueError, RecursionError, UnicodeError) as error:
         raise StateCorrupt(
             f"the stored guard state is not a repeat-hooks GuardState ({type(error).__name__}: "
             f"{str(error).splitlines()[0]}); delete it to start this conversation's counts afresh"

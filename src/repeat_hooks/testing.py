@@ -22,6 +22,10 @@ the response) unless the ``Call`` gives one (``""``: an empty id, for SDKs that 
 
 ``TurnOutcome.seen`` is every tool result of the turn as the conversation holds it for the model, in
 order, as text (refusals included): read it from the SDK's own history, not from the guard.
+
+Make the kit tools yield to the event loop where the SDK runs tools as tasks (an ``await asyncio.sleep(0)``
+before ``ToolBox.run``): ``parallel_calls_are_one_batch`` then catches an adapter that decides each call
+only when it runs, after the results of its neighbours came in.
 """
 
 from __future__ import annotations

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from .decision import Stop
 from .whole import WholeModel
+
+MAX_KEYS = 65_536
+"""The most call keys a turn may hold, whatever ``Policy.max_keys`` says: a stored state with more is refused."""
+MAX_RUNS = 128
+"""The most runs kept for cycles (twice the longest ``Policy.max_cycle_period``)."""
+MAX_COUNT = 2**53
+"""The largest count a stored state may hold (JSON's exact integers)."""
+
+Count = Annotated[int, Field(ge=-1, le=MAX_COUNT)]
+Figure = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class Mark(NamedTuple):
@@ -25,41 +35,47 @@ class Mark(NamedTuple):
 
 
 class Turn(WholeModel):
-    """The counters of the current turn. ``GuardState.start`` replaces it with a fresh one."""
+    """The counters of the current turn. ``GuardState.start`` replaces it with a fresh one.
+
+    Loading one checks every bound: counts are whole numbers up to ``MAX_COUNT``, figures finite, maps at
+    most ``MAX_KEYS`` long, no unknown field.
+    """
+
+    model_config = ConfigDict(extra="forbid")
 
     id: str | None = None
     """The turn's id, as the adapter gave it (``None`` for turns started without one)."""
-    number: int = 0
+    number: Count = 0
     """Which turn of the state this is: 1 for the first (0 before any)."""
-    counts: dict[str, int] = Field(default_factory=dict)
+    counts: dict[str, Count] = Field(default_factory=dict, max_length=MAX_KEYS)
     """Call key digest -> calls counted (oldest-used first; at most ``Policy.max_keys``)."""
-    marks: dict[str, Mark] = Field(default_factory=dict)
+    marks: dict[str, Mark] = Field(default_factory=dict, max_length=MAX_KEYS)
     """With ``count="progress"``: call key digest -> what its last run saw and returned (keys of ``counts``)."""
-    changes: int = 0
+    changes: Count = 0
     """With ``count="progress"``: successful runs of calls that may change state."""
-    runs: list[str] = Field(default_factory=list)
+    runs: list[str] = Field(default_factory=list, max_length=MAX_RUNS)
     """With ``count="progress"``: the last runs (key and outcome digests), for cycles."""
-    recent: list[str] = Field(default_factory=list)
+    recent: list[str] = Field(default_factory=list, max_length=MAX_KEYS)
     """With ``window`` set: the keys of the last counted calls, oldest first."""
-    refusals: int = 0
+    refusals: Count = 0
     """Calls refused."""
-    responses: int = 0
+    responses: Count = 0
     """Model calls let through by ``decide_model_call``; numbers the model's responses."""
-    refused_responses: int = 0
+    refused_responses: Count = 0
     """Model responses with at least one refused call (what ``max_refusals`` counts)."""
-    refused_in: int = -1
+    refused_in: Count = -1
     """The response (``responses``) in which the last refusal was counted; -1 for none."""
     last_refused: str | None = None
     """The tool refused last."""
-    errors_in_a_row: int = 0
+    errors_in_a_row: Count = 0
     """Failed calls since the last success."""
     last_failed: str | None = None
     """The tool that failed last."""
-    model_calls: int = 0
+    model_calls: Count = 0
     """Model calls recorded by ``record_model_call``."""
-    model_seconds: float = 0.0
+    model_seconds: Figure = 0.0
     """Model time recorded by ``record_model_call`` (recorded values, never a clock)."""
-    cost_usd: float = 0.0
+    cost_usd: Figure = 0.0
     """Cost recorded by ``record_model_call``."""
     stop: Stop | None = None
     """The turn's stop, once ``decide_model_call`` has ended it."""
