@@ -7,9 +7,10 @@ from .clock import Clock, Stopwatch
 from .cost import CostOf, TokenPrices, usage_tokens
 from .decision import GuardEvent, Refusal, RefusalKind, Stop
 from .guard import StopRepeatedCalls
-from .misuse import GuardSetupError, check_feeds, check_tool_names, policy_from
+from .misuse import check_feeds, check_tool_names, policy_from
 from .policy import Policy
 from .result import VOLATILE, error_text, model_view, outcome_digest
+from .setup_error import GuardSetupError
 from .state import GuardState, load_state
 from .stop_reason import StopReason
 from .stop_rule import STOP_RULES, Feed, HookPoint, StopRule

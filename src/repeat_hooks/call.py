@@ -125,10 +125,17 @@ def _type_name(value: Any) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
-def call_key(name: str, arguments: Any, *, by_arguments: bool = True, ignore: Iterable[str] = ()) -> str:
-    """A 32-character digest naming the call: the tool, and its canonical arguments if ``by_arguments``."""
+def call_key(
+    name: str, arguments: Any, *, by_arguments: bool = True, ignore: Iterable[str] = (), key: bytes = b""
+) -> str:
+    """A 32-character digest naming the call: the tool, and its canonical arguments if ``by_arguments``.
+
+    With a ``key`` (``Policy.digest_key``) it is a keyed BLAKE2b (a MAC): nobody without the key can test
+    guesses of the arguments against it. Without one, a short or guessable argument (a PIN, a date) can be
+    recovered from the digest by trying every candidate.
+    """
     text = f"{name}\x00{canonical_arguments(arguments, ignore)}" if by_arguments else name
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16, key=key).hexdigest()
 
 
 def _parse(arguments: Any) -> Any:

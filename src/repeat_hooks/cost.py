@@ -8,12 +8,16 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-CostOf = Callable[[Any], float]
-"""The US dollars one model response cost, from the usage its SDK reports for it."""
+
+class CostOf(Protocol):
+    """The US dollars one model response cost, from the usage its SDK reports for it: ``TokenPrices(3, 15)``,
+    or any function of one argument (a Protocol, so that it types right as a class attribute too)."""
+
+    def __call__(self, usage: Any, /) -> float: ...
 
 _INPUT = ("input_tokens", "prompt_tokens", "prompt_token_count")
 _INPUT_EXTRA = ("tool_use_prompt_token_count",)

@@ -6,7 +6,7 @@ import difflib
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, model_validator
 
 from .call import ToolCall
 from .decision import GuardEvent, Refusal, Stop
@@ -23,8 +23,10 @@ class StopRepeatedCalls(WholeModel):
     Build it with the settings as keywords, ``StopRepeatedCalls(max_calls=2, max_refusals=3)``, or with a
     policy, ``StopRepeatedCalls(policy=Policy(...))``; read them back as ``guard.policy``.
     ``StopRepeatedCalls.model_validate_json(guard.model_dump_json())`` restores it exactly, counts included,
-    and a guard saved by 0.1 (settings at the top level) loads too. One guard serves one conversation: for
-    many, keep one ``Policy`` and a ``GuardState`` per conversation (in a ``StateStore``), or use an adapter.
+    and a guard saved by 0.1 (settings at the top level) loads too. A dump never holds the policy's
+    ``digest_key``: restore a keyed guard with ``model_validate_json(saved, context={"digest_key": key})``.
+    One guard serves one conversation: for many, keep one ``Policy`` and a ``GuardState`` per conversation
+    (in a ``StateStore``), or use an adapter.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -36,10 +38,19 @@ class StopRepeatedCalls(WholeModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _settings_as_keywords(cls, data: Any) -> Any:
-        """``StopRepeatedCalls(max_calls=2)``: settings given as keywords (or saved at the top level by 0.1)."""
+    def _settings_as_keywords(cls, data: Any, info: ValidationInfo) -> Any:
+        """``StopRepeatedCalls(max_calls=2)``: settings given as keywords (or saved at the top level by 0.1);
+        ``context={"digest_key": key}`` gives a restored guard back its key (a dump never holds it)."""
         if not isinstance(data, dict):
             return data
+        key = (info.context or {}).get("digest_key") if isinstance(info.context, dict) else None
+        if key is not None:
+            data = dict(data)
+            policy = data.get("policy")
+            if isinstance(policy, dict):
+                data["policy"] = {**policy, "digest_key": key}
+            elif policy is None:
+                data["digest_key"] = key
         for name in data:
             if name not in _SETTINGS and name not in ("policy", "state"):
                 close = difflib.get_close_matches(name, sorted(_SETTINGS), n=1)

@@ -8,16 +8,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .policy import Policy
+from .setup_error import GuardSetupError
 from .stop_rule import STOP_RULES, Feed
+
+__all__ = ["GuardSetupError", "check_feeds", "check_tool_names", "policy_from"]
 
 _SETTINGS = tuple(Policy.model_fields)
 _NAMED_TOOLS = ("limits", "exempt", "read_only", "destructive")
-
-
-class GuardSetupError(ValueError):
-    """A guard is set up so that it could not work as written (a budget nothing feeds, a tool name that
-    matches no tool, a policy given twice); the message says how to fix it. Adapters may subclass it
-    together with their SDK's own setup error."""
 
 
 def policy_from(policy: Any = None, settings: Mapping[str, Any] | None = None, *, owner: str) -> Policy:
@@ -60,19 +57,23 @@ def check_feeds(
     can: Iterable[Feed],
     owner: str,
     how: Mapping[Feed, str] | None = None,
+    why: Mapping[Feed, str] | None = None,
     error: type[GuardSetupError] = GuardSetupError,
 ) -> None:
     """Raise ``GuardSetupError`` if ``policy`` needs a figure the adapter cannot (or was not set up to) feed.
 
     ``can``: what the adapter feeds as set up; ``how``: for a figure it could feed with more setup, the
     spelling that does it (``{Feed.COST: "RepeatGuard(policy, cost=TokenPrices(...))"}``), else the budget
-    is said to be one this SDK cannot feed. ``error``: the adapter's own ``GuardSetupError`` subclass, if any.
+    is said to be one this SDK cannot feed, for the reason ``why`` gives (``{Feed.SECONDS: "rc11 records no
+    model latency"}``). ``error``: the adapter's own ``GuardSetupError`` subclass, if any.
     """
     missing = policy.feeds() - frozenset(can)
     for rule in STOP_RULES:
         if rule.feed in missing and getattr(policy, rule.setting) is not None:
             fix = (how or {}).get(rule.feed)
-            advice = f"set it up with {fix}" if fix else f"{owner} cannot feed {rule.feed.value}: leave it None"
+            reason = (why or {}).get(rule.feed)
+            cannot = f"{owner} cannot feed {rule.feed.value}" + (f" ({reason})" if reason else "")
+            advice = f"set it up with {fix}" if fix else f"{cannot}: leave it None"
             raise error(f"Policy({rule.setting}=...) could never trip: {advice}")
     if Feed.OUTCOMES in missing:
         raise error(

@@ -11,6 +11,7 @@ makes a second delivery harmless); ``record_*`` records what happened; ``start_t
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import sys
@@ -18,12 +19,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, field_serializer, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, SecretBytes, field_serializer, field_validator, model_validator
 
 from .call import ToolCall, as_text, batch_call_ids, call_key
 from .decision import GuardEvent, Refusal, RefusalKind, Stop
 from .messages import REFUSAL_MESSAGES, REPEAT_MESSAGES, STOP_MESSAGES, TURN_ENDED, check_template, render
 from .result import UNKNOWN_OUTCOME, outcome_digest
+from .setup_error import GuardSetupError
 from .state import SEEN, Delivery, GuardState
 from .stop_reason import StopReason
 from .stop_rule import STOP_RULES, Feed, HookPoint
@@ -97,6 +99,29 @@ class Policy(WholeModel):
     """Final texts by stop reason, over the defaults (same placeholders)."""
     max_keys: Annotated[int, Field(ge=1, le=MAX_KEYS)] = 1024
     """Distinct call keys kept per turn; past it the least recently used is forgotten."""
+    digest_key: SecretBytes | None = Field(default=None, exclude=True, repr=False)
+    """A secret (at least 16 bytes: ``secrets.token_bytes(32)``, or text) that makes every digest the state
+    keeps a keyed BLAKE2b: whoever reads the state (a Redis, a session table) cannot test guesses of an
+    argument or a result against it. Never serialized: give every process the same key (the state keeps a
+    4-byte fingerprint of it, and a state written under another key, or none, is refused loudly)."""
+
+    _secret: bytes = PrivateAttr(b"")
+    _secret_id: str | None = PrivateAttr(None)
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Derive the digest key and its fingerprint (pydantic calls this after validation)."""
+        super().model_post_init(context)
+        if self.digest_key is not None:
+            secret = self.digest_key.get_secret_value()
+            self._secret = secret if len(secret) <= 64 else hashlib.blake2b(secret).digest()
+            self._secret_id = hashlib.blake2b(b"", key=self._secret, digest_size=4, person=b"rh-key-id").hexdigest()
+
+    @field_validator("digest_key")
+    @classmethod
+    def _check_digest_key(cls, value: SecretBytes | None) -> SecretBytes | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 bytes (secrets.token_bytes(32)): a short key can be guessed")
+        return value
 
     @field_validator("refusal_message")
     @classmethod
@@ -148,7 +173,11 @@ class Policy(WholeModel):
         return frozenset(needed)
 
     def hook_points(self) -> frozenset[HookPoint]:
-        """The hook points an adapter must call for these settings; the others may be left unregistered."""
+        """The hook points an adapter must call for these settings; the others may be left unregistered.
+
+        ``PRE_AGENT_TURN`` is always in it, but an adapter whose every hook call carries the turn's id may
+        leave it unbound: each verb given a new ``turn_id`` starts that turn itself.
+        """
         points = {HookPoint.PRE_AGENT_TURN, HookPoint.PRE_TOOL_CALL}
         feeds = self.feeds()
         if Feed.OUTCOMES in feeds:
@@ -178,6 +207,8 @@ class Policy(WholeModel):
         batch by ``decide_tool_calls``) returns the first decision without counting again. A ``turn_id``
         other than the current one starts that turn first.
         """
+        if (state.key_id is not None or self.digest_key is not None) and state.key_id != self._secret_id:
+            self._adopt_key(state)
         turn = state.turn
         if turn_id is not None and (type(turn_id) is not str or turn_id != turn.id):
             turn = _enter(state, turn_id)
@@ -236,7 +267,7 @@ class Policy(WholeModel):
         _enter(state, turn_id)
         ids = batch_call_ids(calls)
         return [
-            self.decide_tool_call(state, call if call.call_id == call_id else replace(call, call_id=call_id))
+            Policy.decide_tool_call(self, state, call if call.call_id == call_id else replace(call, call_id=call_id))
             for call, call_id in zip(calls, ids, strict=True)
         ]
 
@@ -260,6 +291,8 @@ class Policy(WholeModel):
         An outcome delivered twice is recorded once: by ``delivery_id`` when the runtime delivers outcomes
         separately from their calls (a hook call per activity), else by the ``call_id`` its decision saw.
         """
+        if (state.key_id is not None or self.digest_key is not None) and state.key_id != self._secret_id:
+            self._adopt_key(state)
         turn = _enter(state, turn_id)
         if delivery_id is not None and _seen_before(state, delivery_id):
             return
@@ -300,6 +333,8 @@ class Policy(WholeModel):
         turn has stopped, every later call returns the same ``Stop``. Each call let through starts a new
         model response (for counting refusals per response, and for scoping call ids).
         """
+        if (state.key_id is not None or self.digest_key is not None) and state.key_id != self._secret_id:
+            self._adopt_key(state)
         turn = _enter(state, turn_id)
         if turn.stop is not None:
             return turn.stop
@@ -340,6 +375,8 @@ class Policy(WholeModel):
         ones, and totals past the largest float, count as the largest float (any budget trips), so the
         state stays finite and serializable.
         """
+        if (state.key_id is not None or self.digest_key is not None) and state.key_id != self._secret_id:
+            self._adopt_key(state)
         turn = _enter(state, turn_id)
         if delivery_id is not None and _seen_before(state, delivery_id):
             return
@@ -348,6 +385,20 @@ class Policy(WholeModel):
         turn.cost_usd = min(turn.cost_usd + _amount(cost_usd, "cost_usd"), _LARGEST)
 
     # -- helpers --------------------------------------------------------------------------------------
+
+    def _adopt_key(self, state: GuardState) -> None:
+        """A state first met under this policy's ``digest_key``: take it if it holds no digests yet, else refuse
+        it loudly (its digests were made under another key, or none, and would never match again)."""
+        turn = state.turn
+        if turn.counts or turn.marks or turn.runs or any(delivery.key for delivery in state.deliveries.values()):
+            have = "no digest_key" if state.key_id is None else "another digest_key"
+            want = "no digest_key" if self._secret_id is None else "this digest_key"
+            raise GuardSetupError(
+                f"this conversation's state was written under {have}, and this policy has {want}: give every "
+                "process that serves it the same Policy(digest_key=...) (a new key starts conversations afresh: "
+                "delete their stored states)"
+            )
+        state.key_id = self._secret_id
 
     def _count_progress(self, turn: Turn, call: ToolCall, key: str, limit: int) -> tuple[bool, RefusalKind, int]:
         """``count="progress"``: count a call, restarting its count if something changed since its last run;
@@ -371,7 +422,11 @@ class Policy(WholeModel):
 
     def _key(self, call: ToolCall) -> str:
         return call_key(
-            call.name, call.arguments, by_arguments=self.match == "tool_and_arguments", ignore=self.ignore_arguments
+            call.name,
+            call.arguments,
+            by_arguments=self.match == "tool_and_arguments",
+            ignore=self.ignore_arguments,
+            key=b"" if self.digest_key is None else self._secret,
         )
 
     def _read_only(self, call: ToolCall) -> bool:
@@ -421,7 +476,13 @@ class Policy(WholeModel):
 
     def _progress(self, turn: Turn, call: ToolCall, key: str, ok: bool, result: Any) -> None:
         """``count="progress"``: record a run's outcome; a new result restarts its count, a change the others'."""
-        outcome = outcome_digest(ok, result, self.ignore_results, mask_volatile=self.mask_volatile)
+        outcome = outcome_digest(
+            ok,
+            result,
+            self.ignore_results,
+            mask_volatile=self.mask_volatile,
+            key=b"" if self.digest_key is None else self._secret,
+        )
         mark = turn.marks.get(key)
         changes = turn.changes if mark is None else mark.changes
         opaque = 0 if mark is None else mark.opaque

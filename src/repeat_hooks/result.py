@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from .call import canonical_arguments
+from .call import _dumps, canonical_arguments
 
 UNKNOWN_OUTCOME = "?"
 """The outcome of a run whose result has no stable form: never the same as another."""
@@ -112,22 +112,35 @@ def _fallback(value: Any) -> Any:
     return f"<{type(value).__qualname__}:{text}>"
 
 
-def outcome_digest(ok: bool, result: Any, ignore: Iterable[str] = (), *, mask_volatile: bool = True) -> str:
+def outcome_digest(
+    ok: bool, result: Any, ignore: Iterable[str] = (), *, mask_volatile: bool = True, key: bytes = b""
+) -> str:
     """A 16-character digest of a run's outcome: whether it succeeded, and its ``result`` as the model reads it.
 
     ``ignore`` names result fields left out at any depth (a timestamp, a new order id); ``mask_volatile``
-    masks the volatile tokens (``VOLATILE``). A result with no stable form gives ``UNKNOWN_OUTCOME``.
+    masks the volatile tokens (``VOLATILE``); ``key`` makes it a keyed digest (see ``call_key``). A result
+    with no stable form gives ``UNKNOWN_OUTCOME``.
     """
-    view = model_view(result)
-    if view is _OPAQUE:
-        return UNKNOWN_OUTCOME
-    text = canonical_arguments(view, ignore)
-    if '"<' in text and (_STAND_IN.search(text) or "<object object at" in text):
-        return UNKNOWN_OUTCOME  # an _OPAQUE part inside a container
+    text: str | None = None
+    kind = type(result)
+    if kind is str:
+        text = canonical_arguments(result, ignore)  # JSON text is parsed: key order never matters
+    elif (kind is dict or kind is list) and not ignore:
+        try:  # plain JSON values, the common case: one pass in C
+            text = _dumps(result)
+        except (TypeError, ValueError, RecursionError):
+            text = None  # a value JSON lacks (a datetime, a set...) somewhere inside
+    if text is None:
+        view = model_view(result)
+        if view is _OPAQUE:
+            return UNKNOWN_OUTCOME
+        text = canonical_arguments(view, ignore)
+    if '"<' in text and _STAND_IN.search(text):
+        return UNKNOWN_OUTCOME  # a stand-in for an object canonical_arguments could not write
     if mask_volatile:
         text = _CANDIDATE.sub(_mask_run, text)
     text = f"{'ok' if ok else 'failed'}\x00{text}"
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8, key=key).hexdigest()
 
 
 def error_text(error: BaseException) -> str:

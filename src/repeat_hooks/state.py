@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
@@ -55,6 +55,8 @@ class GuardState(WholeModel):
     """Recently decided delivery ids (at most ``MAX_DELIVERIES``), across turns."""
     events: list[GuardEvent] = Field(default_factory=list, max_length=MAX_EVENTS)
     """The last ``MAX_EVENTS`` refusals and stops, across turns."""
+    key_id: Annotated[str, Field(max_length=8)] | None = None
+    """A 4-byte fingerprint of the ``Policy.digest_key`` its digests were made with (``None``: no key)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -224,3 +224,51 @@ def test_post_llm_call_takes_any_figure() -> None:
     stop = guard.pre_llm_call()
     assert stop is not None and stop.reason.value == "cost"
     assert StopRepeatedCalls.model_validate_json(guard.model_dump_json()) == guard
+
+
+# -- digests nobody can reverse ---------------------------------------------------------------------------
+
+
+def guess_pin(digests: set[str], key: bytes = b"") -> str | None:
+    """What an attacker holding the stored digests does: try every 6-digit PIN."""
+    from repeat_hooks import call_key
+
+    for pin in range(1_000_000):
+        if call_key("unlock", {"pin": f"{pin:06d}"}, key=key) in digests:
+            return f"{pin:06d}"
+    return None
+
+
+def test_without_a_key_a_short_argument_can_be_recovered_from_the_state() -> None:
+    guard = StopRepeatedCalls()
+    guard.pre_tool_call(ToolCall("unlock", {"pin": "000042"}))
+    assert "000042" not in guard.model_dump_json()  # no raw value...
+    assert guess_pin(set(guard.state.turn.counts)) == "000042"  # ...but an unkeyed digest can be guessed
+
+
+def test_with_a_digest_key_the_state_holds_macs_and_never_the_key() -> None:
+    key = b"k" * 32
+    guard = StopRepeatedCalls(digest_key=key)
+    guard.pre_tool_call(ToolCall("unlock", {"pin": "000042"}))
+    saved = guard.model_dump_json()
+    assert "kkkk" not in saved and "digest_key" not in saved and "000042" not in saved
+    digests = set(guard.state.turn.counts)
+    assert guess_pin({d for d in digests}, key=b"") is None  # guesses without the key never match
+    restored = StopRepeatedCalls.model_validate_json(saved, context={"digest_key": key})
+    assert restored.pre_tool_call(ToolCall("unlock", {"pin": "000042"})) is None  # same counts: 2nd call
+    assert restored.pre_tool_call(ToolCall("unlock", {"pin": "000042"})) is not None
+
+
+def test_a_state_written_under_another_key_is_refused_loudly() -> None:
+    from repeat_hooks import GuardSetupError
+
+    guard = StopRepeatedCalls(digest_key="a secret of sixteen+ chars")
+    guard.pre_tool_call(ToolCall("track"))
+    forgot = StopRepeatedCalls.model_validate_json(guard.model_dump_json())  # restored without its key
+    with pytest.raises(GuardSetupError, match=r"written under another digest_key, and this policy has no digest_key"):
+        forgot.pre_tool_call(ToolCall("track"))
+    fresh = StopRepeatedCalls(digest_key="another secret of 16+ chars")
+    fresh.pre_agent_turn(turn_id="t1")
+    assert fresh.pre_tool_call(ToolCall("track")) is None  # a new conversation takes the key
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        Policy(digest_key=b"short")

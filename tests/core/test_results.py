@@ -128,10 +128,10 @@ def test_values_with_no_stable_form_are_unknown_and_never_raise() -> None:
         def __repr__(self) -> str:
             raise RuntimeError("no")
 
-    nested: Any = []
+    nested: Any = [datetime.date(2026, 1, 1)]
     for _ in range(500):
         nested = [nested]
-    for value in (object(), Hostile(), {"x": [object()]}, nested):
+    for value in (object(), Hostile(), {"x": [object()]}, nested):  # nested past MAX_DEPTH, with a date inside
         assert outcome_digest(True, value) == UNKNOWN_OUTCOME
 
 
