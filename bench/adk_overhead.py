@@ -3,7 +3,7 @@
 One invocation: a scripted ``BaseLlm`` asks for 20 tool calls, one per response (all different, so
 none is refused), then answers: 21 model calls, 20 tool runs, on the real ``Runner`` with an
 ``InMemorySessionService`` (a fresh session each time, so the history does not grow). The same
-invocation runs on a plain runner and on one with ``RepeatGuardPlugin(Policy())``. The two are
+invocation runs on a plain runner and on one with ``RepeatGuardPlugin()`` (``Policy()``). The two are
 interleaved (alternating which goes first), many rounds; the figure is the median of the per-round
 ratios, so a noisy machine moves both sides alike. Times are this process's CPU time
 (``time.process_time``): with a scripted model the loop is CPU-bound. Target: at most 1.03x.
@@ -37,8 +37,6 @@ from google.adk.runners import InMemoryRunner
 from google.genai import types
 from repeat_hooks_google_adk import RepeatGuardPlugin
 from repeat_hooks_google_adk.testing import Reply, ScriptedLlm, function_call
-
-from repeat_hooks import Policy
 
 CALLS_PER_TURN = 20
 TURNS_PER_SAMPLE = 3
@@ -121,12 +119,12 @@ class TimedGuard(RepeatGuardPlugin):
 
 
 def guarded() -> Callable[[], Awaitable[None]]:
-    return invocation(RepeatGuardPlugin(Policy()))
+    return invocation(RepeatGuardPlugin())
 
 
 async def own_time_per_invocation(invocations: int = 60) -> float:
     """The guard's own CPU seconds in one invocation (its callbacks, timed from inside)."""
-    turn = invocation(TimedGuard(Policy()))
+    turn = invocation(TimedGuard())
     for _ in range(5):
         await turn()
     TimedGuard.spent = 0.0

@@ -33,8 +33,6 @@ from langgraph.checkpoint.memory import InMemorySaver
 from repeat_hooks_langchain import RepeatGuardMiddleware, guard_state_of
 from repeat_hooks_langchain.testing import ScriptedChatModel, call_message
 
-from repeat_hooks import Policy
-
 CALLS_PER_TURN = 20
 TURNS_PER_SAMPLE = 3
 ROUNDS = 31
@@ -70,7 +68,7 @@ class SameHooks(AgentMiddleware[Any, Any, Any]):
 
 def make_turn(kind: str) -> Callable[[], None]:
     guarded = kind == "guard"
-    middleware: list[Any] = {"plain": [], "same hooks": [SameHooks()], "guard": [RepeatGuardMiddleware(Policy())]}[kind]
+    middleware: list[Any] = {"plain": [], "same hooks": [SameHooks()], "guard": [RepeatGuardMiddleware()]}[kind]
     agent = create_agent(
         ScriptedChatModel(then=twenty_parcels),
         tools=[track_parcel],
@@ -84,7 +82,7 @@ def make_turn(kind: str) -> Callable[[], None]:
         result = agent.invoke({"messages": [("user", "Track my 20 parcels")]}, config)
         assert result["messages"][-1].content == "All parcels are in transit."
         if guarded:
-            assert guard_state_of(result).refusals == 0
+            assert guard_state_of(result).turn.refusals == 0
 
     return turn
 

@@ -32,7 +32,7 @@ from mistralai.vibe.harness.runtime.capabilities import (
     PreToolCallHookInvocation,
 )
 from mistralai.vibe_agents.sdk.authoring.contracts import HookContext, HookSession
-from repeat_hooks_mistral import Policy, StopRepeatedCalls
+from repeat_hooks_mistral import Policy, RepeatGuardHook
 from repeat_hooks_mistral.testing import ScriptedModel, ToolUse, calls_this_turn, run_turn
 
 CALLS_PER_TURN = 20
@@ -44,7 +44,7 @@ def track_parcel(tracking_number: str) -> dict[str, str]:
     return {"tracking_number": tracking_number, "status": "in transit"}
 
 
-class BenchGuard(StopRepeatedCalls):
+class BenchGuard(RepeatGuardHook):
     policy = Policy(match="tool", max_calls=CALLS_PER_TURN, max_refusals=3)
 
 

@@ -2,17 +2,17 @@
 
 One turn: a scripted model asks for 20 tool calls, one per response (all different, so none is
 refused), then answers: 21 model calls, 20 tool runs. The same turn runs on the plain agent and on
-``guard_agent(agent)`` with ``context=StopRepeatedCalls()`` and ``hooks=GuardHooks()``. The two are
+``guard_agent(agent)`` with ``context=GuardState()``. The two are
 interleaved (alternating which goes first), many rounds; the figure is the median of the per-round
 ratios, so a noisy machine moves both sides alike. Times are this process's CPU time
 (``time.process_time``): with a scripted model the loop is CPU-bound, and other processes on a
 loaded machine then do not count. Target: at most 1.03x.
 
-Two more figures do not depend on a noisy machine: the adapter's own work in one such turn (20
-input guardrails, 20 output guardrails, 20 ``EndTurn`` checks, 21 ``on_llm_start`` of the run hooks and
-of the agent hooks, 21 ``on_llm_end``), each timed alone
-(best of several repeats), over the fastest plain turn; and the Python function calls a turn makes
-(``cProfile``), guarded over plain, which counts the SDK's extra guardrail plumbing too.
+Two more figures do not depend on a noisy machine: the adapter's own work in one such turn (20 cycles
+of ``on_llm_end`` deciding a response's call, its input guardrail, its output guardrail and ``EndTurn``,
+plus 21 ``on_llm_start``), timed alone (best of several repeats), over the fastest plain turn; and the
+Python function calls a turn makes (``cProfile``), guarded over plain, which counts the SDK's extra
+guardrail plumbing too.
 
     .venv/bin/python bench/openai_overhead.py
 """
@@ -43,10 +43,8 @@ from agents import (
     set_tracing_disabled,
 )
 from agents.tool_context import ToolContext
-from repeat_hooks_openai_agents import EndTurn, GuardHooks, guard_agent
+from repeat_hooks_openai_agents import EndTurn, GuardState, RepeatGuardHooks, guard_agent
 from repeat_hooks_openai_agents.testing import ScriptedModel, message, tool_call
-
-from repeat_hooks import StopRepeatedCalls
 
 T = TypeVar("T")
 CALLS_PER_TURN = 20
@@ -78,12 +76,11 @@ def plain() -> Callable[[], Awaitable[None]]:
 
 def guarded() -> Callable[[], Awaitable[None]]:
     agent = guard_agent(Agent(name="parcel-tracker", model=ScriptedModel(then=twenty_parcels), tools=[track_parcel]))
-    hooks = GuardHooks()
 
     async def turn() -> None:
-        guard = StopRepeatedCalls()
-        result = await Runner.run(agent, "Track my 20 parcels", context=guard, hooks=hooks, max_turns=50)
-        assert guard.state.refusals == 0 and result.final_output == "All parcels are in transit."
+        state = GuardState()
+        result = await Runner.run(agent, "Track my 20 parcels", context=state, max_turns=50)
+        assert state.turn.refusals == 0 and result.final_output == "All parcels are in transit."
 
     return turn
 
@@ -109,39 +106,42 @@ def best(function: Callable[[], object], number: int = 2000, repeat: int = 7) ->
 
 def adapter_seconds_per_turn() -> float:
     """The adapter's own time in one 20-call turn, from its entry points timed alone."""
-    agent = guard_agent(Agent(name="parcel-tracker", tools=[track_parcel]))
+    agent = guard_agent(Agent(name="parcel-tracker", tools=[track_parcel]), max_calls=10**9)  # refuses none
     tool = agent.tools[0]
     assert isinstance(tool, FunctionTool) and tool.tool_input_guardrails and tool.tool_output_guardrails
     refuse, record = tool.tool_input_guardrails[-1], tool.tool_output_guardrails[-1]
-    behavior = agent.tool_use_behavior
-    assert isinstance(behavior, EndTurn)
-    hooks = GuardHooks()
-    response = ModelResponse(output=[], usage=Usage(requests=1, input_tokens=100), response_id=None)
-    guard = StopRepeatedCalls(max_calls=10**9)  # counts every call, refuses none
+    behavior, hooks = agent.tool_use_behavior, agent.hooks
+    assert isinstance(behavior, EndTurn) and isinstance(hooks, RepeatGuardHooks)
+    state = GuardState()
     usage = Usage()  # one run: every context of the turn shares the run's Usage, as in the SDK
-    wrapper = RunContextWrapper(context=guard, usage=usage)
+    wrapper = RunContextWrapper(context=state, usage=usage)
     numbers = iter(range(10**9))
 
-    def tool_context() -> ToolContext[Any]:
+    def one_call() -> None:
+        """One response with one call: decided with its batch, let through, recorded, then EndTurn."""
         n = next(numbers)
         arguments = f'{{"tracking_number": "FR-{n}"}}'
-        return ToolContext(
-            guard, usage=usage, tool_name="track_parcel", tool_call_id=f"call_{n}", tool_arguments=arguments
+        call = tool_call("track_parcel", arguments, f"call_{n}")
+        response = ModelResponse(output=[call], usage=Usage(requests=1, input_tokens=100), response_id=None)
+        run_now(hooks.on_llm_end(wrapper, agent, response))
+        context = ToolContext(
+            state, usage=usage, tool_name="track_parcel", tool_call_id=f"call_{n}", tool_arguments=arguments
         )
+        refuse.guardrail_function(ToolInputGuardrailData(context, agent))
+        record.guardrail_function(ToolOutputGuardrailData(context, agent, "ok"))
+        run_now(behavior(wrapper, results))
+
+    def making_a_context() -> None:  # the SDK's cost, paid with or without the guard
+        n = next(numbers)
+        call = tool_call("track_parcel", "{}", f"call_{n}")
+        ModelResponse(output=[call], usage=Usage(requests=1, input_tokens=100), response_id=None)
+        ToolContext(state, usage=usage, tool_name="track_parcel", tool_call_id=f"call_{n}", tool_arguments="{}")
 
     results = [FunctionToolResult(tool=tool, output="in transit", run_item=None)]
-    agent_hooks = agent.hooks
-    assert agent_hooks is not None
-    run_now(hooks.on_agent_start(AgentHookContext(context=guard, usage=usage), agent))
-    input_check = best(lambda: refuse.guardrail_function(ToolInputGuardrailData(tool_context(), agent)))
-    output_check = best(lambda: record.guardrail_function(ToolOutputGuardrailData(tool_context(), agent, "ok")))
-    end_check = best(lambda: run_now(behavior(wrapper, results)))
-    llm_end = best(lambda: run_now(hooks.on_llm_end(wrapper, agent, response)))
+    run_now(hooks.on_start(AgentHookContext(context=state, usage=usage), agent))
+    per_call = best(one_call) - best(making_a_context)
     llm_start = best(lambda: run_now(hooks.on_llm_start(wrapper, agent, None, [])))
-    setup_check = best(lambda: run_now(agent_hooks.on_llm_start(wrapper, agent, None, [])))
-    making_a_context = best(tool_context)  # the SDK's cost, paid with or without the guard
-    ours_per_call = input_check + output_check - 2 * making_a_context + end_check
-    return CALLS_PER_TURN * ours_per_call + (CALLS_PER_TURN + 1) * (llm_start + setup_check + llm_end)
+    return CALLS_PER_TURN * per_call + (CALLS_PER_TURN + 1) * llm_start
 
 
 def run_now(coroutine: Coroutine[Any, Any, T]) -> T:

@@ -10,8 +10,9 @@ the loop is CPU-bound, and other processes on a loaded machine then do not count
 1.03x.
 
 Two more figures do not depend on a noisy machine: the capability's own work in one such run (its
-hooks, each timed alone: 20 ``wrap_tool_execute``, 21 ``before_model_request`` +
-``after_model_request``, ``for_run`` + ``before_run``) over the fastest
+hooks called directly as the run calls them: ``for_run`` + ``before_run``; for each of the 20 responses
+``before_model_request``, ``after_model_request`` (which decides the response's calls as one batch) and
+``wrap_tool_execute``; the answer's two model hooks; minus the tool handlers) over the fastest
 plain run; and the Python function calls a run makes (``cProfile``), guarded over plain, which counts
 pydantic-ai's own hook dispatch too.
 
@@ -65,12 +66,12 @@ class Nothing(AbstractCapability[Any]):
 
 
 def make(kind: str) -> Callable[[], Awaitable[None]]:
-    capabilities: list[AbstractCapability[Any]] = {
+    choices: dict[str, list[AbstractCapability[Any]]] = {
         "plain": [],
         "nothing": [Nothing()],
         "guarded": [RepeatGuard(Policy())],
-    }[kind]
-    agent = Agent(ScriptedModel(twenty_parcels), tools=[track_parcel], capabilities=capabilities)
+    }
+    agent = Agent(ScriptedModel(twenty_parcels), tools=[track_parcel], capabilities=choices[kind])
 
     async def run() -> None:
         result = await agent.run("Track my 20 parcels")
@@ -137,40 +138,38 @@ def best(function: Callable[[], object], number: int = 2000, repeat: int = 7) ->
 
 
 def own_seconds_per_run() -> float:
-    """The capability's own time in one 20-call run, from its hooks timed alone."""
+    """The capability's own time in one 20-call run: its hooks called directly, as the run calls them."""
     capture = Capture()
     Agent(ScriptedModel(twenty_parcels), tools=[track_parcel], capabilities=[capture]).run_sync("Track")
     ctx, request_context = capture.seen[0]
-    guard = RepeatGuard(Policy(max_calls=10**9))  # counts every call, refuses none
-    run = run_now(guard.for_run(ctx))
-    run_now(run.before_run(ctx))
+    guard = RepeatGuard(Policy())
     tool_def = ToolDefinition(name="track_parcel")
-    response = ModelResponse(parts=[TextPart("ok")], usage=RequestUsage(input_tokens=100, output_tokens=20))
-    numbers = iter(range(10**9))
+    usage = RequestUsage(input_tokens=100, output_tokens=20)
+    answer = ModelResponse(parts=[TextPart("All parcels are in transit.")], usage=usage)
+    parts = [
+        ToolCallPart("track_parcel", {"tracking_number": f"FR-{n}"}, tool_call_id=f"call_{n}")
+        for n in range(CALLS_PER_RUN)
+    ]
+    responses = [ModelResponse(parts=[part], usage=usage) for part in parts]
 
     async def handler(args: dict[str, Any]) -> str:
         return "in transit"
 
-    def tool_call() -> None:
-        n = next(numbers)
-        part = ToolCallPart("track_parcel", {"tracking_number": f"FR-{n}"}, tool_call_id=f"call_{n}")
-        run_now(run.wrap_tool_execute(ctx, call=part, tool_def=tool_def, args=part.args_as_dict(), handler=handler))
-
-    def without_guard() -> None:  # the same part and handler, no guard: pydantic-ai's cost
-        n = next(numbers)
-        part = ToolCallPart("track_parcel", {"tracking_number": f"FR-{n}"}, tool_call_id=f"call_{n}")
-        run_now(handler(part.args_as_dict()))
-
-    def model_call() -> None:
+    def hooks() -> None:  # for_run, before_run; per response its two model hooks and its call; the answer
+        run = run_now(guard.for_run(ctx))
+        run_now(run.before_run(ctx))
+        for part, response in zip(parts, responses, strict=True):
+            run_now(run.before_model_request(ctx, request_context))
+            run_now(run.after_model_request(ctx, request_context=request_context, response=response))
+            run_now(run.wrap_tool_execute(ctx, call=part, tool_def=tool_def, args=part.args_as_dict(), handler=handler))
         run_now(run.before_model_request(ctx, request_context))
-        run_now(run.after_model_request(ctx, request_context=request_context, response=response))
+        run_now(run.after_model_request(ctx, request_context=request_context, response=answer))
 
-    def start() -> None:
-        fresh = run_now(guard.for_run(ctx))
-        run_now(fresh.before_run(ctx))
+    def handlers() -> None:  # the same tool calls, no guard: what ``hooks`` spends outside the guard
+        for part in parts:
+            run_now(handler(part.args_as_dict()))
 
-    per_tool = best(tool_call) - best(without_guard)
-    return CALLS_PER_RUN * per_tool + (CALLS_PER_RUN + 1) * best(model_call) + best(start, number=500)
+    return best(hooks, number=100) - best(handlers, number=100)
 
 
 def function_calls_per_run(kind: str, runs: int = 3) -> float:

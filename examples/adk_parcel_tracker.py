@@ -26,10 +26,8 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.runners import Runner
 from google.adk.sessions import BaseSessionService, InMemorySessionService
 from google.genai import types
-from repeat_hooks_google_adk import STOP_METADATA, RepeatGuardPlugin, read_state
+from repeat_hooks_google_adk import RepeatGuardPlugin, read_state, stop_of
 from repeat_hooks_google_adk.testing import Reply, ScriptedLlm, function_call
-
-from repeat_hooks import Policy
 
 # --- The carrier, faked -----------------------------------------------------------------------------
 # In production, track_parcel calls the carrier's API. Here the parcel stays in transit, and TRACKED
@@ -67,7 +65,7 @@ def make_runner(live: bool, sessions: BaseSessionService) -> Runner:
         model="gemini-2.5-flash" if live else ScriptedLlm(then=small_model),
         tools=[track_parcel],
     )
-    guard = RepeatGuardPlugin(Policy(match="tool", max_calls=2, max_refusals=3))  # seed 004: per tool, 2 a turn
+    guard = RepeatGuardPlugin(match="tool", max_calls=2, max_refusals=3)  # seed 004: per tool, 2 a turn
     return Runner(app=App(name="parcels", root_agent=tracker, plugins=[guard]), session_service=sessions)
 
 
@@ -77,20 +75,22 @@ def make_runner(live: bool, sessions: BaseSessionService) -> Runner:
 async def turn(runner: Runner, session_id: str, text: str) -> None:
     """Run one invocation and say how it ended, and why, from the events the caller receives."""
     message = types.Content(role="user", parts=[types.Part(text=text)])
-    answer, stop = "", None
+    answer, invocation_id = "", ""
     async for event in runner.run_async(user_id="me", session_id=session_id, new_message=message):
+        invocation_id = event.invocation_id
         for response in event.get_function_responses():
             error = (response.response or {}).get("error", "")
             if str(error).startswith("Refused:"):
                 print(f"loop breaker: refused {response.name}")
         if event.is_final_response() and event.content and event.content.parts:
             answer = "".join(part.text or "" for part in event.content.parts)
-            stop = (event.custom_metadata or {}).get(STOP_METADATA)
+    session = await runner.session_service.get_session(app_name="parcels", user_id="me", session_id=session_id)
+    assert session is not None
+    stop = stop_of(session, invocation_id)  # how the guard ended this invocation, if it did
     if stop is not None:
-        session = await runner.session_service.get_session(app_name="parcels", user_id="me", session_id=session_id)
-        assert session is not None
-        print(f"loop breaker: ended the turn ({stop}) after {read_state(session).model_calls} model calls")
-        print(f"agent (stopped: {stop}): {answer}")
+        model_calls = read_state(session).turn.responses
+        print(f"loop breaker: ended the turn ({stop.reason}) after {model_calls} model calls")
+        print(f"agent (stopped: {stop.reason}): {answer}")
     else:
         print(f"agent (answered): {answer}")
 

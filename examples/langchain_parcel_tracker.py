@@ -29,10 +29,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.sqlite import SqliteSaver
-from repeat_hooks_langchain import RepeatGuardMiddleware, guard_state_of, stop_of
+from repeat_hooks_langchain import Policy, RepeatGuardMiddleware, guard_state_of, stop_of
 from repeat_hooks_langchain.testing import ScriptedChatModel, call_message
-
-from repeat_hooks import Policy
 
 KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GOOGLE_API_KEY", "MISTRAL_API_KEY")
 """A provider key in the environment makes --live the default."""
@@ -91,7 +89,7 @@ def turn(agent: Any, text: str, config: Any) -> None:
     state, stop = guard_state_of(values), stop_of(values)
     final = values["messages"][-1].text
     if stop is not None:
-        print(f"loop breaker: ended the turn ({stop.reason}) after {state.model_calls} model calls")
+        print(f"loop breaker: ended the turn ({stop.reason}) after {state.turn.model_calls} model calls")
         print(f"agent (stopped: {stop.reason}): {final}")
     else:
         print(f"agent (answered): {final}")

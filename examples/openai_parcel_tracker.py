@@ -18,11 +18,9 @@ import logging
 import os
 from typing import Any
 
-from agents import Agent, Runner, function_tool, set_tracing_disabled
-from repeat_hooks_openai_agents import GuardHooks, guard_agent, run_stop, stop_items
+from agents import Agent, AgentHooks, Runner, function_tool, set_tracing_disabled
+from repeat_hooks_openai_agents import GuardState, guard_agent, stop_items, stop_of
 from repeat_hooks_openai_agents.testing import ScriptedModel, message, tool_call
-
-from repeat_hooks import StopRepeatedCalls
 
 # --- The carrier, faked -----------------------------------------------------------------------------
 # In production, track_parcel calls the carrier's API. Here the parcel stays in transit, and TRACKED
@@ -54,51 +52,52 @@ def small_model(n: int, model: ScriptedModel) -> list[Any]:
     return [message("Parcel FR-7731 is still in transit: last scan at the Lyon hub at 06:12, not yet delivered.")]
 
 
-def make_tracker(live: bool) -> Agent[StopRepeatedCalls]:
+def make_tracker(live: bool) -> Agent[GuardState]:
     """The guarded parcel tracker: OpenAI's model when ``live``, else the scripted small model."""
-    tracker = Agent[StopRepeatedCalls](
+    tracker = Agent[GuardState](
         name="parcel-tracker",
         instructions="You track parcels with track_parcel. Answer in at most two sentences.",
         model="gpt-4.1-mini" if live else ScriptedModel(then=small_model),
         tools=[track_parcel],
+        hooks=SHOW,
     )
-    return guard_agent(tracker)
+    # Seed 004: per tool, 2 calls a turn; the 3rd is refused; after 3 refusals the turn ends.
+    return guard_agent(tracker, match="tool", count="per_turn", max_calls=2, max_refusals=3)
 
 
 # --- Showing what happened -------------------------------------------------------------------------------
 
 
-class ShowRefusals(GuardHooks):
-    """``GuardHooks`` that also print the guard's new refusals before each model call."""
+class ShowRefusals(AgentHooks[GuardState]):
+    """Agent hooks of your own (the guard calls them after its own work): print the guard's new refusals."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.shown = 0
 
     async def on_llm_start(self, context: Any, agent: Any, system_prompt: Any, input_items: Any) -> None:
-        """Prints the refusals made since the last model call, then does what GuardHooks do."""
-        await super().on_llm_start(context, agent, system_prompt, input_items)
+        """Fires before each model call: prints the refusals made since the last one."""
         self.show(context.context)
 
-    def show(self, guard: StopRepeatedCalls) -> None:
+    def show(self, state: GuardState) -> None:
         """Prints the refusal events not shown yet."""
-        for event in guard.events[self.shown :]:
+        for event in state.events[self.shown :]:
             if event.kind == "refusal":
                 print(f"loop breaker: refused {event.tool}, call {event.count:g} of this turn")
-        self.shown = len(guard.events)
+        self.shown = len(state.events)
 
 
-async def turn(agent: Agent[StopRepeatedCalls], guard: StopRepeatedCalls, conversation: list[Any], text: str) -> None:
+SHOW = ShowRefusals()
+
+
+async def turn(agent: Agent[GuardState], state: GuardState, conversation: list[Any], text: str) -> None:
     """Run one turn and say how it ended, and why."""
-    hooks = ShowRefusals()
-    hooks.shown = len(guard.events)
-    result = await Runner.run(agent, [*conversation, {"role": "user", "content": text}], context=guard, hooks=hooks)
-    hooks.show(guard)
+    result = await Runner.run(agent, [*conversation, {"role": "user", "content": text}], context=state)
+    SHOW.show(state)  # the last refusals, made after the last model call
     # The SDK's history ends with the last refusal; stop_items adds what the user was told, for the next turn.
     conversation[:] = [*result.to_input_list(), *stop_items(result)]
-    stop = run_stop(result)  # the guard's Stop when it ended this run (final_output is then its message)
+    stop = stop_of(result)  # the guard's Stop when it ended this run (final_output is then its message)
     if stop is not None:
-        print(f"loop breaker: ended the turn ({stop.reason}) after {guard.state.model_calls} model calls")
+        print(f"loop breaker: ended the turn ({stop.reason}) after {state.turn.model_calls} model calls")
         print(f"agent (stopped: {stop.reason}): {result.final_output}")
     else:
         print(f"agent (answered): {result.final_output}")
@@ -118,12 +117,12 @@ async def main() -> None:
     print(f"model: {'OpenAI API (gpt-4.1-mini)' if live else 'scripted, offline'}")
 
     agent = make_tracker(live)
-    guard = StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)  # seed 004: per tool, 2 calls a turn
+    state = GuardState()  # one per conversation: the guard's counts, kept in the run context
     conversation: list[Any] = []
     print("--- turn 1")
-    await turn(agent, guard, conversation, "Parcel FR-7731 is due today. Keep checking until it is delivered.")
+    await turn(agent, state, conversation, "Parcel FR-7731 is due today. Keep checking until it is delivered.")
     print("--- turn 2")
-    await turn(agent, guard, conversation, "Check FR-7731 once more.")
+    await turn(agent, state, conversation, "Check FR-7731 once more.")
     print(f"calls that reached the carrier: {len(TRACKED)}")
 
 

@@ -18,8 +18,8 @@ import os
 from typing import Any
 
 from mistralai.agents import agents
-from repeat_hooks_mistral import Policy, StopRepeatedCalls
-from repeat_hooks_mistral.testing import ScriptedModel, ToolUse, calls_this_turn, last_user_text, run_turn
+from repeat_hooks_mistral import Policy, RepeatGuardHook, events_of
+from repeat_hooks_mistral.testing import ScriptedModel, ToolUse, calls_this_turn, last_user_text
 
 # --- The carrier, faked -----------------------------------------------------------------------------
 # In production, track_parcel calls the carrier's API. Here the parcel stays in transit, and TRACKED
@@ -41,7 +41,7 @@ def track_parcel(tracking_number: str) -> dict[str, str]:
 # (per hook point locally, per activity when deployed). The counters live in ParcelGuard.store.
 
 
-class ParcelGuard(StopRepeatedCalls):
+class ParcelGuard(RepeatGuardHook):
     """Per tool, 2 calls a turn; the 3rd is refused; 3 refusals end the turn."""
 
     policy = Policy(match="tool", max_calls=2, max_refusals=3)
@@ -50,7 +50,7 @@ class ParcelGuard(StopRepeatedCalls):
         """The guard's decision, printed when it is a refusal."""
         decision = await super().pre_tool_call(ctx, call)
         if isinstance(decision, agents.hook.PreToolCallHookSkip):
-            refused = (await ParcelGuard.events(ctx.session.id))[-1]
+            refused = (await events_of(ParcelGuard, ctx.session.id))[-1]
             print(f"loop breaker: refused {refused.tool}, call {refused.count:g} of this turn")
         return decision
 
@@ -86,12 +86,12 @@ def make_tracker(live: bool) -> agents.Agent:
 
 async def show(session: Any, question: str) -> None:
     """Run one turn and say how it ended, and why."""
-    result = await run_turn(session, question)
-    stop = await ParcelGuard.last_stop(session.session_id)
+    # mistralai-agents 1.1 drops the message a hook ends a turn with: ParcelGuard.run reads the stop
+    # from the guard's store and returns it, with its message as the turn's text.
+    result, stop = await ParcelGuard.run(session, question)
     if stop is not None:
-        # mistralai-agents 1.1 drops the message a hook ends a turn with: the guard keeps it.
         print(f"loop breaker: ended the turn ({stop.reason})")
-        print(f"agent (stopped: {stop.reason}): {result.text or stop.message}")
+        print(f"agent (stopped: {stop.reason}): {result.text}")
     else:
         ended = "answered" if result.stop_reason == "completed" else result.stop_reason
         print(f"agent ({ended}): {result.text}")

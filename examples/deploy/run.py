@@ -38,6 +38,7 @@ os.environ.setdefault("LOG_LEVEL", "WARNING")  # before the SDK is imported: its
 
 import processes  # noqa: E402
 import sessions  # noqa: E402
+from repeat_hooks_mistral import events_of, read_state, stop_of  # noqa: E402
 
 TASK_QUEUE = "parcel-deploy-demo"
 AGENT_NAME = "parcel-tracker"
@@ -119,14 +120,14 @@ async def demo(
             ),
             timeout=90,
         )
-        stop = await guard.last_stop(session.id)
-        for event in await guard.events(session.id):
+        stop = await stop_of(guard, session.id)
+        for event in await events_of(guard, session.id):
             what = f"call {event.count:.0f} of {event.tool} refused" if event.kind == "refusal" else "turn ended"
             say(f"  guard: {what} ({event.reason.value})")
         carrier_1 = len(narrator.lines("carrier"))
         say(f"  turn 1 ended ({end_1.outcome}, {len(end_1.text)} characters of text: rc11 drops a hook's stop message)")
         if stop is not None:
-            say(f"  {guard.__name__}.last_stop(session): {stop.reason.value}: {stop.message!r}")
+            say(f"  stop_of({guard.__name__}, session): {stop.reason.value}: {stop.message!r}")
         say(f"  the survivor finished the turn {time.monotonic() - killed:.0f} s after the kill\n")
 
         say(f"turn 2 - user: {app.SECOND_TURN}")
@@ -140,7 +141,7 @@ async def demo(
             timeout=60,
         )
         say(f"  turn 2 ended ({end_2.outcome}): {end_2.text}")
-        state = await guard.load_state(session.id)
+        state = await read_state(guard, session.id)
         await asyncio.wait_for(sessions.stop_session(session), timeout=30)
     finally:
         with contextlib.suppress(Exception):  # already finished: nothing to terminate
@@ -155,7 +156,7 @@ async def demo(
             line["pid"] == survivor.pid for line in narrator.lines("model") if line["turn_id"] == turn_1
         ),
         "turn 2: a fresh count (1 carrier call, no refusal, the model's own answer)": (
-            state is not None and state.turn_id == turn_2 and state.refusals == 0 and end_2.text == app.ANSWER
+            state is not None and state.turn.id == turn_2 and state.turn.refusals == 0 and end_2.text == app.ANSWER
         ),
     }
     say(f"\ncalls that reached the carrier: {carrier} (turn 1: {carrier_1}, turn 2: {carrier - carrier_1})")

@@ -7,7 +7,7 @@ from .clock import Clock, Stopwatch
 from .cost import CostOf, TokenPrices, usage_tokens
 from .decision import GuardEvent, Refusal, RefusalKind, Stop
 from .guard import StopRepeatedCalls
-from .misuse import check_feeds, check_tool_names, policy_from
+from .misuse import check_budgets, check_feeds, check_tool_names, policy_from
 from .policy import Policy
 from .result import VOLATILE, error_text, model_view, outcome_digest
 from .setup_error import GuardSetupError
@@ -47,6 +47,7 @@ __all__ = [
     "batch_call_ids",
     "call_key",
     "canonical_arguments",
+    "check_budgets",
     "check_feeds",
     "check_tool_names",
     "error_text",

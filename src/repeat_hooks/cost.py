@@ -19,6 +19,7 @@ class CostOf(Protocol):
 
     def __call__(self, usage: Any, /) -> float: ...
 
+
 _INPUT = ("input_tokens", "prompt_tokens", "prompt_token_count")
 _INPUT_EXTRA = ("tool_use_prompt_token_count",)
 _OUTPUT = ("output_tokens", "completion_tokens", "candidates_token_count")
@@ -45,6 +46,21 @@ def _first(source: Any, names: tuple[str, ...]) -> float:
     return 0
 
 
+def _anthropic(usage: Any) -> tuple[int, int, int]:
+    cached = _first(usage, ("cache_read_input_tokens",))
+    fresh = _first(usage, ("input_tokens",)) + cached + _first(usage, ("cache_creation_input_tokens",))
+    return int(fresh), int(_first(usage, ("output_tokens",))), int(cached)
+
+
+def _camel_case(usage: Any) -> tuple[int, int, int]:
+    output = _first(usage, ("outputTokens",))
+    cached = _first(usage, ("cacheReadInputTokens",))
+    given = _first(usage, ("inputTokens",))
+    total = _first(usage, ("totalTokens",))
+    fresh = total - output if total - output >= given else given + cached + _first(usage, ("cacheWriteInputTokens",))
+    return int(fresh), int(output), int(min(cached, fresh))
+
+
 def usage_tokens(usage: Any) -> tuple[int, int, int]:
     """``(input, output, cached input)`` tokens of one response's usage, as any supported SDK spells them.
 
@@ -55,13 +71,23 @@ def usage_tokens(usage: Any) -> tuple[int, int, int]:
     - Google ADK (genai ``usage_metadata``): ``prompt_token_count`` + ``tool_use_prompt_token_count``,
       ``candidates_token_count`` + ``thoughts_token_count``, ``cached_content_token_count``;
     - Mistral and chat completions: ``input_tokens`` or ``prompt_tokens``, ``output_tokens`` or
-      ``completion_tokens``, ``prompt_tokens_details.cached_tokens``.
+      ``completion_tokens``, ``prompt_tokens_details.cached_tokens``;
+    - Anthropic (the Claude Agent SDK): ``input_tokens`` counts only uncached input, so the input is it plus
+      ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` (cache writes priced as input), the
+      cached part ``cache_read_input_tokens``;
+    - Strands (camelCase): ``inputTokens``, ``outputTokens``, ``cacheReadInputTokens``; its providers
+      disagree on whether ``inputTokens`` includes the cache, so the input is ``totalTokens - outputTokens``
+      where that is larger, else ``inputTokens`` plus the cache counts.
 
     Missing, negative or odd counts count as 0; ``None`` usage is all zeros.
     """
     if usage is None:
         return 0, 0, 0
     try:
+        if _get(usage, "inputTokens") is not None or _get(usage, "outputTokens") is not None:
+            return _camel_case(usage)
+        if _get(usage, "cache_read_input_tokens") is not None or _get(usage, "cache_creation_input_tokens") is not None:
+            return _anthropic(usage)
         fresh = _first(usage, _INPUT) + sum(_first(usage, (name,)) for name in _INPUT_EXTRA)
         output = _first(usage, _OUTPUT) + sum(_first(usage, (name,)) for name in _OUTPUT_EXTRA)
         cached = _first(usage, _CACHED)

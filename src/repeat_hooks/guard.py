@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict, Field, ValidationInfo, model_validator
 
@@ -66,6 +66,12 @@ class StopRepeatedCalls(WholeModel):
             )
         rest = {name: value for name, value in data.items() if name not in settings}
         return {**rest, "policy": settings}
+
+    if TYPE_CHECKING:  # for type checkers only: a real __init__ would cut model_validate's context off
+
+        def __init__(self, **data: Any) -> None:
+            """``StopRepeatedCalls(max_calls=2, ...)``, ``StopRepeatedCalls(policy=Policy(...))`` or
+            ``StopRepeatedCalls(policy=..., state=...)``: the settings as keywords type-check too."""
 
     def pre_agent_turn(self, *, turn_id: str | None = None) -> None:
         """Fires when a user message starts a turn: fresh per-turn counts, unless ``turn_id`` is the current

@@ -11,30 +11,36 @@ from .policy import Policy
 from .setup_error import GuardSetupError
 from .stop_rule import STOP_RULES, Feed
 
-__all__ = ["GuardSetupError", "check_feeds", "check_tool_names", "policy_from"]
+__all__ = ["GuardSetupError", "check_budgets", "check_feeds", "check_tool_names", "policy_from"]
 
 _SETTINGS = tuple(Policy.model_fields)
 _NAMED_TOOLS = ("limits", "exempt", "read_only", "destructive")
 
 
-def policy_from(policy: Any = None, settings: Mapping[str, Any] | None = None, *, owner: str) -> Policy:
+def policy_from(
+    policy: Any = None, settings: Mapping[str, Any] | None = None, *, owner: str, spelling: str | None = None
+) -> Policy:
     """The ``Policy`` an adapter's guard runs: ``policy`` itself, ``Policy(**settings)``, or the default.
 
-    ``owner`` names the adapter's class in the messages (``"RepeatGuardPlugin"``). Raises ``TypeError`` for
-    a ``StopRepeatedCalls`` (one conversation's guard, not settings), anything else that is not a
+    ``owner`` names the adapter's class in the messages (``"RepeatGuardPlugin"``); ``spelling`` is the right
+    call to show, where it is not ``owner(Policy(...))`` (``"guard_agent(agent, Policy(...))"``). Raises
+    ``TypeError`` for a ``StopRepeatedCalls`` (one conversation's guard, not settings), anything else that is not a
     ``Policy``, both a policy and settings, or a setting ``Policy`` does not have (naming the closest one);
     invalid values raise pydantic's ``ValidationError`` naming the field.
     """
     settings = dict(settings or {})
+    right = spelling or f"{owner}(Policy(...))"
     if policy is not None:
+        if isinstance(policy, type):
+            raise TypeError(f"{owner} takes a Policy instance, not the class {policy.__name__}: pass {right}")
         if not isinstance(policy, Policy):
             held = getattr(policy, "policy", None)
             if isinstance(held, Policy):
                 raise TypeError(
                     f"{owner} takes a Policy, not a {type(policy).__name__} (which holds one conversation's "
-                    f"counts): {owner}(Policy(...)) or {owner}(max_calls=2, ...); each conversation gets its own state"
+                    f"counts): {right}, or the settings as keywords; each conversation gets its own state"
                 )
-            raise TypeError(f"{owner} takes a repeat_hooks.Policy, not {type(policy).__name__}: {owner}(Policy(...))")
+            raise TypeError(f"{owner} takes a repeat_hooks.Policy, not {type(policy).__name__}: {right}")
         if settings:
             raise TypeError(
                 f"{owner} takes a Policy or the settings as keywords, not both: put "
@@ -80,6 +86,31 @@ def check_feeds(
             f"{owner} does not record tool outcomes, which count='progress' and count_failures=False need: "
             "use Policy(count='per_turn')"
         )
+
+
+def check_budgets(
+    policy: Policy,
+    *,
+    owner: str,
+    cost: object | None,
+    clock: object | None,
+    feeds: Iterable[Feed] = (Feed.OUTCOMES, Feed.MODEL_CALLS),
+    why: Mapping[Feed, str] | None = None,
+    error: type[GuardSetupError] = GuardSetupError,
+) -> None:
+    """``check_feeds`` for the usual adapter, whose guard takes ``cost=`` and ``clock=``: ``feeds`` is what it
+    always feeds; a ``cost`` feeds ``max_cost_usd`` and a ``clock`` feeds ``max_model_seconds``, and the
+    message for a missing one names that keyword (``owner(..., cost=TokenPrices(...))``)."""
+    can = set(feeds)
+    if cost is not None:
+        can.add(Feed.COST)
+    if clock is not None:
+        can.add(Feed.SECONDS)
+    how = {
+        Feed.COST: f"{owner}(..., cost=TokenPrices(input_usd_per_million, output_usd_per_million))",
+        Feed.SECONDS: f"{owner}(..., clock=repeat_hooks.clock.monotonic) (the default)",
+    }
+    check_feeds(policy, can=can, owner=owner, how=how, why=why, error=error)
 
 
 def check_tool_names(

@@ -326,6 +326,27 @@ class Policy(WholeModel):
         if progress:
             self._progress(turn, call, key, ok, result)
 
+    def withdraw_tool_call(self, state: GuardState, call: ToolCall, *, turn_id: str | None = None) -> None:
+        """A call decided to run did not run after all (another guardrail or a human rejected it): take it back
+        out of its count, so that it neither counts toward a refusal nor waits for an outcome. Returns nothing.
+
+        Found by its ``call_id`` in this response (as its decision saw it); without an id, one call of its key
+        is taken back. A refused call, or one whose outcome was recorded, is left as it is.
+        """
+        turn = _enter(state, turn_id)
+        scoped = _scoped(turn, call.call_id)
+        key: str | None = None
+        if scoped is not None:
+            seen = state.deliveries.get(scoped)
+            if seen is not None and seen.tool == call.name:
+                if seen.settled or seen.refused:
+                    return
+                state.deliveries[scoped] = seen._replace(settled=True)
+                key = seen.key
+        if call.name in self.exempt:
+            return
+        self._uncount(turn, key if key is not None else self._key(call))
+
     def decide_model_call(self, state: GuardState, *, turn_id: str | None = None) -> Stop | None:
         """Before a model call: ``None`` lets it happen; a ``Stop`` ends the turn with its final message.
 

@@ -9,8 +9,9 @@ changed. They are masked in the text before it is digested:
 - UUIDs (``8-4-4-4-12`` hex digits, any case),
 - runs of 16 or more hex digits (request ids, trace ids, hashes),
 - ISO 8601 date-times with a time of day (``2026-12-01T10:38:15``, optional seconds fraction and zone;
-  a space in place of the ``T`` counts too). Plain dates (``2026-12-01``) are kept: a new date usually
-  means something changed.
+  a space in place of the ``T`` counts too), and the same in Python's ``repr`` of a datetime
+  (``datetime.datetime(2026, 12, 1, 10, 38, 15, 532104)``, which SDKs that ``str()`` a result write).
+  Plain dates (``2026-12-01``) are kept: a new date usually means something changed.
 
 A value that has no JSON form (an image, an SDK object) is digested from a stable text form where one
 exists (a ``repr`` of its own, naming no memory address as the default ``<Type object at 0x...>`` does);
@@ -36,6 +37,7 @@ VOLATILE = re.compile(
     r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"  # a UUID
     r"|(?<![0-9a-fA-F])[0-9a-fA-F]{16,}(?![0-9a-fA-F])"  # 16+ hex digits
     r"|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"  # an ISO date-time
+    r"|\d{4}, \d{1,2}, \d{1,2}, \d{1,2}, \d{1,2}(?:, \d{1,2})?(?:, \d{1,6})?"  # datetime.datetime(...)'s repr
 )
 """The volatile tokens masked in results before digesting (see the module's docstring)."""
 _CANDIDATE = re.compile(r"[0-9a-fA-F][0-9a-fA-F:+.,TZ -]{15,}")
@@ -128,8 +130,8 @@ def outcome_digest(
     elif (kind is dict or kind is list) and not ignore:
         try:  # plain JSON values, the common case: one pass in C
             text = _dumps(result)
-        except (TypeError, ValueError, RecursionError):
-            text = None  # a value JSON lacks (a datetime, a set...) somewhere inside
+        except Exception:  # a value JSON lacks (a datetime, a set...), or a hostile key, somewhere inside
+            text = None
     if text is None:
         view = model_view(result)
         if view is _OPAQUE:

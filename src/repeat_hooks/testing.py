@@ -168,6 +168,32 @@ def response(scenario: Scenario, turn: int, step: int) -> Response:
     return script[step] if step < len(script) else FINAL
 
 
+class Cursor:
+    """Where a driver's scripted model is in a scenario: the turn it is in, and its next response.
+
+    ``start_turn(n)`` when the driver sends turn ``n``'s message; ``next()`` at each model call returns the
+    response (``response``) with each call's id (``call_id``): a text, or a list of ``(Call, id)``.
+    """
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.turn = 0
+        self.step = 0
+
+    def start_turn(self, number: int) -> None:
+        """The driver is about to send turn ``number``'s user message."""
+        self.turn, self.step = number, 0
+
+    def next(self) -> str | list[tuple[Call, str]]:
+        """The scripted model's next response in the current turn."""
+        turn, step = self.turn, self.step
+        self.step += 1
+        reply = response(self.scenario, turn, step)
+        if isinstance(reply, str):
+            return reply
+        return [(call, call_id(turn, step, index, call)) for index, call in enumerate(reply)]
+
+
 def check(scenario: Scenario, box: ToolBox, outcomes: Sequence[TurnOutcome]) -> None:
     """Raise ``AssertionError`` saying what differs between what the driver saw and what ``scenario`` expects."""
     expect = scenario.expect
@@ -372,7 +398,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "call_ids_reused_across_responses",
         "A model layer that answers call id call_0 in every response neither switches the guard off nor "
-        "refuses a call that should run.",
+        "refuses a call that should run. (An SDK that itself drops a call whose id already ran, as the OpenAI "
+        "Agents SDK does within a run, cannot express this: its driver lists it as unsupported.)",
         (_track(),),
         (UserTurn("Where is FR-7731?", (_calls(Call("track_parcel", id="call_0")),) * 4),),
         Expect(runs={"track_parcel": 2}, refusals=2, stops=(None,)),

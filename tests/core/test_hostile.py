@@ -114,6 +114,7 @@ POLICIES = [
 ]
 
 
+@pytest.mark.slow
 def test_ten_thousand_hostile_values_never_raise_and_stay_fast() -> None:
     rng = random.Random(19)
     slowest = 0.0
@@ -167,6 +168,7 @@ def test_a_non_bool_outcome_means_the_same_before_and_after_a_reload() -> None:
     assert stop is not None and stop.reason.value == "too_many_errors"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "settings", [{"window": 4}, {"count_failures": False}, {"count": "per_turn"}, {}, {"max_keys": 50}]
 )
@@ -239,6 +241,7 @@ def guess_pin(digests: set[str], key: bytes = b"") -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_without_a_key_a_short_argument_can_be_recovered_from_the_state() -> None:
     guard = StopRepeatedCalls()
     guard.pre_tool_call(ToolCall("unlock", {"pin": "000042"}))
@@ -246,6 +249,7 @@ def test_without_a_key_a_short_argument_can_be_recovered_from_the_state() -> Non
     assert guess_pin(set(guard.state.turn.counts)) == "000042"  # ...but an unkeyed digest can be guessed
 
 
+@pytest.mark.slow
 def test_with_a_digest_key_the_state_holds_macs_and_never_the_key() -> None:
     key = b"k" * 32
     guard = StopRepeatedCalls(digest_key=key)

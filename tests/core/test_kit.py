@@ -107,6 +107,20 @@ def test_a_tool_name_that_matches_no_tool_names_the_closest() -> None:
             (1000, 100, 100),
         ),  # Google genai
         ({"prompt_tokens": 10, "completion_tokens": 5}, (10, 5, 0)),  # chat completions
+        (  # Anthropic: input_tokens leaves the cache out
+            {
+                "input_tokens": 100,
+                "output_tokens": 7,
+                "cache_read_input_tokens": 800,
+                "cache_creation_input_tokens": 50,
+            },
+            (950, 7, 800),
+        ),
+        (  # Strands, a provider whose inputTokens leaves the cache out
+            {"inputTokens": 100, "outputTokens": 10, "totalTokens": 910, "cacheReadInputTokens": 800},
+            (900, 10, 800),
+        ),
+        ({"inputTokens": 900, "outputTokens": 10, "totalTokens": 910, "cacheReadInputTokens": 800}, (900, 10, 800)),
         (None, (0, 0, 0)),
         (SimpleNamespace(input_tokens=float("nan"), output_tokens=-5), (0, 0, 0)),
     ],
@@ -150,3 +164,45 @@ def test_a_state_someone_else_wrote_says_how_to_recover(stored: Any) -> None:
     with pytest.raises(StateCorrupt, match="delete it to start this conversation's counts afresh") as error:
         load_state(stored)
     assert isinstance(error.value, StoreUnavailable)
+
+
+def test_the_right_spelling_can_be_given() -> None:
+    with pytest.raises(TypeError, match=r"guard_agent\(agent, Policy\(\.\.\.\)\)"):
+        policy_from(StopRepeatedCalls(), owner="guard_agent", spelling="guard_agent(agent, Policy(...))")
+
+
+def test_a_call_that_did_not_run_after_all_is_withdrawn() -> None:
+    from repeat_hooks import ToolCall
+
+    policy, state = Policy(), GuardState()
+    calls = [ToolCall("track", {"n": 1}, call_id=f"c{n}") for n in range(2)]
+    assert policy.decide_tool_calls(state, calls) == [None, None]
+    policy.withdraw_tool_call(state, calls[1])  # a human rejected it: it never ran
+    policy.withdraw_tool_call(state, calls[1])  # said twice: taken back once
+    assert list(state.turn.counts.values()) == [1]
+    assert policy.decide_tool_call(state, ToolCall("track", {"n": 1})) is None  # the 2nd run, not a 3rd
+    refused = policy.decide_tool_call(state, ToolCall("track", {"n": 1}, call_id="c9"))
+    assert refused is not None
+    policy.withdraw_tool_call(state, ToolCall("track", {"n": 1}, call_id="c9"))  # a refusal stays a refusal
+    assert list(state.turn.counts.values()) == [3]
+
+
+def test_the_usual_budget_check_names_the_keyword() -> None:
+    from repeat_hooks import check_budgets
+
+    with pytest.raises(
+        GuardSetupError, match=r"max_cost_usd=\.\.\.\) could never trip: set it up with X\(\.\.\., cost="
+    ):
+        check_budgets(Policy(max_cost_usd=1.0), owner="X", cost=None, clock=None)
+    with pytest.raises(GuardSetupError, match=r"clock=repeat_hooks.clock.monotonic"):
+        check_budgets(Policy(max_model_seconds=5), owner="X", cost=None, clock=None)
+    check_budgets(Policy(max_cost_usd=1.0, max_model_seconds=5), owner="X", cost=TokenPrices(1, 1), clock=time_now)
+
+
+def time_now() -> float:
+    return 0.0
+
+
+def test_the_policy_class_itself_is_not_a_policy() -> None:
+    with pytest.raises(TypeError, match=r"takes a Policy instance, not the class Policy: pass X\(Policy\(\.\.\.\)\)"):
+        policy_from(Policy, owner="X")

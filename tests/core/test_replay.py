@@ -170,6 +170,7 @@ def test_the_default_on_the_tau2_corpus(capsys: pytest.CaptureFixture[str]) -> N
     assert result["waste_prevented"] >= 890
 
 
+@pytest.mark.slow
 def test_the_tau2_corpus_with_a_fresh_request_id_in_every_result() -> None:
     # bench/replay_tau2.py prints these figures; real tools stamp every result with a fresh id.
     sys.path.insert(0, str(CORPUS.parents[1]))

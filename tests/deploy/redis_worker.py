@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 
-from repeat_hooks import GuardState, Policy, ToolCall
+from repeat_hooks import GuardState, Policy, Refusal, ToolCall
 from repeat_hooks.redis import RedisStore
 
 T = TypeVar("T")
@@ -56,7 +56,7 @@ class Workload:
         decisions = []
         for process in range(self.processes):
             for call in self.calls(process):
-                refusal = CONTENDED_POLICY.check_tool_call(state, call, TURN)
+                refusal = CONTENDED_POLICY.decide_tool_call(state, call, turn_id=TURN)
                 decisions.append(None if refusal is None else refusal.message)
         return decisions, state
 
@@ -97,7 +97,10 @@ async def work(config: dict[str, Any]) -> dict[str, Any]:
         await asyncio.to_thread(sys.stdin.readline)
 
         async def decide(call: ToolCall) -> str | None:
-            refusal = await store.update("s", lambda state: CONTENDED_POLICY.check_tool_call(state, call, TURN))
+            def change(state: GuardState) -> Refusal | None:
+                return CONTENDED_POLICY.decide_tool_call(state, call, turn_id=TURN)
+
+            refusal = await store.update("s", change)
             return None if refusal is None else refusal.message
 
         calls = workload.calls(process)

@@ -34,7 +34,7 @@ from services import REQUIRE_SERVICES, RedisServer, TemporalServer, missing_serv
 try:
     import mistralai.agents  # noqa: F401
     import redis  # noqa: F401
-    import repeat_hooks_mistral  # noqa: F401
+    from repeat_hooks_mistral import events_of, read_state, stop_of
 except ImportError as error:  # pragma: no cover - depends on what is installed
     if os.environ.get(REQUIRE_SERVICES) == "1":
         raise
@@ -149,8 +149,8 @@ async def test_a_worker_killed_mid_turn_leaves_the_counts_exact(deployment: Depl
 
         # -- the survivor finishes the same turn --------------------------------------------------------
         end_1 = await sessions.wait_for_turn_end(deployment.events, session.id, turn_1, timeout=60)
-        stop = await guard.last_stop(session.id)
-        state_1 = await guard.load_state(session.id)
+        stop = await stop_of(guard, session.id)
+        state_1 = await read_state(guard, session.id)
         turn_1_done = time.monotonic()
 
         # -- turn 2: a fresh count ----------------------------------------------------------------------
@@ -159,9 +159,9 @@ async def test_a_worker_killed_mid_turn_leaves_the_counts_exact(deployment: Depl
         turn_2 = verdict.turn_id
         assert turn_2 is not None and turn_2 != turn_1, "the second message must start a new turn"
         end_2 = await sessions.wait_for_turn_end(deployment.events, session.id, turn_2, timeout=30)
-        state_2 = await guard.load_state(session.id)
-        last_stop_2 = await guard.last_stop(session.id)
-        events = await guard.events(session.id)
+        state_2 = await read_state(guard, session.id)
+        stop_2 = await stop_of(guard, session.id)
+        events = await events_of(guard, session.id)
         output = await asyncio.wait_for(sessions.stop_session(session), timeout=30)
     finally:
         with contextlib.suppress(Exception):  # leave nothing running on the shared Temporal server
@@ -221,16 +221,16 @@ async def test_a_worker_killed_mid_turn_leaves_the_counts_exact(deployment: Depl
     assert [m.startswith(REFUSAL_START) for m in history] == [False, False, True, True, True], history
 
     # The turn ended (completed, with no text: rc11 drops a hook's stop message) and the adapter's
-    # last-stop reading says why.
+    # stop_of says why.
     assert end_1.outcome == "completed" and end_1.text == ""
     assert stop is not None and stop.reason == "ignored_refusals", stop
-    assert state_1 is not None and state_1.turn_id == turn_1 and state_1.refusals == 3
+    assert state_1 is not None and state_1.turn.id == turn_1 and state_1.turn.refusals == 3
 
     # Turn 2 started a fresh count: one carrier call, the model's own answer, no stop.
     assert end_2.outcome == "completed" and end_2.text == app.ANSWER
-    assert state_2 is not None and state_2.turn_id == turn_2
-    assert list(state_2.counts.values()) == [1] and state_2.refusals == 0 and state_2.stop is None
-    assert last_stop_2 is None
+    assert state_2 is not None and state_2.turn.id == turn_2
+    assert list(state_2.turn.counts.values()) == [1] and state_2.turn.refusals == 0 and state_2.turn.stop is None
+    assert stop_2 is None
     assert [(event.kind, event.turn_id) for event in events] == [("refusal", turn_1)] * 3 + [("stop", turn_1)]
     assert output.final_message == app.ANSWER
 

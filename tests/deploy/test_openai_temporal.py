@@ -3,8 +3,8 @@
 The guarded agent runs in a Temporal workflow (``openai_temporal/workflows.py``) on a real Temporal dev
 server, with a scripted model that is stuck on one parcel, for two turns of one conversation
 (``openai_temporal/scenario.py``). Model calls and the ``track_parcel`` tool are activities; the guard
-(tool input guardrail, ``tool_use_behavior``, ``RunHooks``, state in the run context) runs in workflow
-code.
+(agent hooks, tool guardrails, ``tool_use_behavior``, the ``GuardState`` in the run context) runs in
+workflow code.
 
 Kill and resume, arranged so that the takeover is always a replay:
 
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pytest
 
-from repeat_hooks import Stop, StopReason, StopRepeatedCalls, ToolCall
+from repeat_hooks import GuardState, Policy, Stop, StopReason, ToolCall
 
 _DEPLOY = Path(__file__).resolve().parent
 if str(_DEPLOY) not in sys.path:
@@ -95,23 +95,24 @@ class ExpectedTurn:
 
 def expected() -> list[ExpectedTurn]:
     """What the guard must decide on ``scenario.script``, turn by turn: the core alone, no SDK, no Temporal."""
-    guard = StopRepeatedCalls(**scenario.POLICY)
+    policy, state = Policy(**scenario.POLICY), GuardState()
     turns: list[ExpectedTurn] = []
     step = 0
     for _ in scenario.PROMPTS:
-        guard.pre_agent_turn()
+        policy.start_turn(state)
         reached: list[str] = []
         outputs: list[str] = []
         for calls in range(1, scenario.MAX_SCRIPTED_STEPS + 1):
             step += 1  # the model's step counts across turns (it reads the whole conversation)
-            for name, arguments in scenario.script(step):
-                refusal = guard.pre_tool_call(ToolCall(name, arguments))
+            response = scenario.script(step)
+            decisions = policy.decide_tool_calls(state, [ToolCall(name, arguments) for name, arguments in response])
+            for (_, arguments), refusal in zip(response, decisions, strict=True):
                 if refusal is None:
                     reached.append(arguments["parcel_id"])
                     outputs.append(scenario.tracking_status(arguments["parcel_id"]))
                 else:
                     outputs.append(refusal.message)
-            stop = guard.pre_llm_call()
+            stop = policy.decide_model_call(state)
             if stop is not None:
                 turns.append(ExpectedTurn(reached, outputs, stop, calls))
                 break
@@ -366,17 +367,17 @@ async def test_replay_with_a_guard_that_decides_differently_fails(uninterrupted:
     assert not ledger.exists()  # replay runs no activity
 
 
-# -- a guard carried in a payload --------------------------------------------------------------------
+# -- a guard state carried in a payload --------------------------------------------------------------
 
 
-def test_a_guard_keeps_its_state_through_the_plugins_payload_converter() -> None:
-    """A guard carried in a workflow input or result (continue-as-new, a child workflow per turn, a query
-    result) goes through the plugin's converter, which dumps pydantic models with ``exclude_unset=True``."""
-    guard = StopRepeatedCalls(**scenario.POLICY)
-    guard.pre_agent_turn("turn-1")
+def test_a_guard_state_keeps_its_counts_through_the_plugins_payload_converter() -> None:
+    """A conversation's state carried in a workflow input or result (continue-as-new, a child workflow per turn,
+    a query result) goes through the plugin's converter, which dumps pydantic models with ``exclude_unset=True``."""
+    policy, state = Policy(**scenario.POLICY), GuardState()
+    policy.start_turn(state, turn_id="turn-1")
     for _ in range(3):
-        guard.pre_tool_call(ToolCall("track_parcel", {"parcel_id": scenario.STUCK_PARCEL}))
+        policy.decide_tool_call(state, ToolCall("track_parcel", {"parcel_id": scenario.STUCK_PARCEL}))
     converter = OpenAIPayloadConverter()
-    (back,) = converter.from_payloads(converter.to_payloads([guard]), [StopRepeatedCalls])
-    assert back.state.refusals == guard.state.refusals == 1
-    assert back == guard
+    (back,) = converter.from_payloads(converter.to_payloads([state]), [GuardState])
+    assert back.turn.refusals == state.turn.refusals == 1
+    assert back == state

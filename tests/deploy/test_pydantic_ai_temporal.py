@@ -103,13 +103,13 @@ def expected() -> list[ExpectedTurn]:
         while (stop := guard.pre_llm_call()) is None:
             guard.post_llm_call()
             responses += 1
-            for name, arguments in scenario.script(step):
-                call = ToolCall(name, arguments)
-                refusal = guard.pre_tool_call(call)
+            calls = [ToolCall(name, arguments) for name, arguments in scenario.script(step)]
+            for call, refusal in zip(calls, guard.pre_tool_calls(calls), strict=True):  # one response, one batch
                 if refusal is None:
-                    reached.append(arguments["parcel_id"])
-                    status = scenario.tracking_status(arguments["parcel_id"])
-                    guard.post_tool_call(call, True, result=status)
+                    parcel = call.arguments["parcel_id"]
+                    reached.append(parcel)
+                    status = scenario.tracking_status(parcel)
+                    guard.post_tool_call(call, result=status)
                     returns.append(status)
                 else:
                     returns.append(refusal.message)

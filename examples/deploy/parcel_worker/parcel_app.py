@@ -4,7 +4,7 @@
 here. Every worker process imports this module; every hook call runs in a Temporal activity on
 whichever worker picks it up, and rebuilds the hook from its class. So:
 
-- the guard is a named ``StopRepeatedCalls`` subclass with its settings in class variables and no
+- the guard is a named ``RepeatGuardHook`` subclass with its settings in class variables and no
   instance attributes (rc11 refuses any other shape in deployed builds);
 - its ``store`` is a ``RedisStore`` shared by every worker, built when this module is imported from
   ``REPEAT_HOOKS_REDIS_URL``: the worker's environment is the only configuration it has.
@@ -34,10 +34,9 @@ from typing import Any
 
 import temporalio.activity
 from mistralai.agents import agents
-from repeat_hooks_mistral import StopRepeatedCalls
+from repeat_hooks_mistral import Policy, RepeatGuardHook
 from repeat_hooks_mistral.testing import Reply, ScriptedModel, ToolUse, calls_this_turn, last_user_text
 
-from repeat_hooks import Policy
 from repeat_hooks.redis import RedisStore
 
 REDIS_URL_ENV = "REPEAT_HOOKS_REDIS_URL"
@@ -144,14 +143,14 @@ def redis_store() -> RedisStore:
     return RedisStore.from_url(url, prefix="repeat-hooks:parcel-deploy:", ttl=3600)
 
 
-class ParcelGuard(StopRepeatedCalls):
+class ParcelGuard(RepeatGuardHook):
     """Seed 004's rule: 2 calls of a tool a turn; from the 3rd a refusal; after 3 refusals the turn ends."""
 
     policy = Policy(match="tool", max_calls=2, max_refusals=3)
     store = redis_store()
 
 
-def build_agent(guard: type[StopRepeatedCalls]) -> agents.Agent:
+def build_agent(guard: type[RepeatGuardHook]) -> agents.Agent:
     """The parcel tracker with ``guard`` as its only hook."""
     return agents.Agent(
         model=MODEL.name,

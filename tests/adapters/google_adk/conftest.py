@@ -20,6 +20,14 @@ from google.genai import types
 APP = "parcels"
 USER = "u1"
 TRACKED = "FR-7731: in transit, hub Lyon"
+ARGS = {"tracking_number": "FR-7731"}
+REFUSAL = (
+    "Refused: you already called track_parcel 2 times in this turn, and its result will not change before "
+    "the turn ends. Do not call it again: use the earlier results, or give your answer with what you know."
+)
+"""Seed 004's refusal (``count="per_turn", match="tool", max_calls=2``), word for word."""
+STOPPED = "I stopped: I kept calling track_parcel, and its result would not change in this turn. Ask me again later."
+"""Seed 004's stop after 3 refusals, word for word."""
 
 
 @dataclass

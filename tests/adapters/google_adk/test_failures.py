@@ -14,8 +14,7 @@ from repeat_hooks_google_adk.testing import ScriptedLlm, function_call, keep_cal
 
 from repeat_hooks import Policy
 
-from .conftest import USER, new_session, run_turn, runner_for
-from .test_story import ARGS
+from .conftest import ARGS, USER, new_session, run_turn, runner_for
 
 TOO_MANY_ERRORS = "I stopped: 3 tool calls failed in a row, the last one track_parcel. Try again later."
 
@@ -111,8 +110,8 @@ async def test_parallel_failures_persist_the_exact_state() -> None:
     session = await runner.session_service.get_session(app_name=runner.app_name, user_id=USER, session_id=session_id)
     assert session is not None
     state = read_state(session)
-    assert state.counts == {}
-    assert state.errors_in_a_row == 2
+    assert state.turn.counts == {}
+    assert state.turn.errors_in_a_row == 2
 
 
 async def test_malformed_arguments_reach_the_model_as_adk_errors_and_repeats_are_refused() -> None:

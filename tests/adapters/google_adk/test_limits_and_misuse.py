@@ -12,13 +12,12 @@ from google.adk.agents.invocation_context import LlmCallsLimitExceededError
 from google.adk.agents.run_config import RunConfig
 from google.adk.apps import App
 from google.adk.runners import InMemoryRunner
-from repeat_hooks_google_adk import STATE_KEY, STOP_METADATA, RepeatGuardPlugin, token_prices
+from repeat_hooks_google_adk import STATE_KEY, STOP_METADATA, Policy, RepeatGuardPlugin, TokenPrices
 from repeat_hooks_google_adk.testing import ScriptedLlm, keep_calling
 
-from repeat_hooks import Policy, StopRepeatedCalls
+from repeat_hooks import GuardSetupError, StopRepeatedCalls
 
-from .conftest import APP, USER, Carrier, new_session, run_turn, runner_for
-from .test_story import ARGS, STOPPED
+from .conftest import APP, ARGS, STOPPED, USER, Carrier, new_session, run_turn, runner_for
 
 CAP_5 = RunConfig(max_llm_calls=5)
 
@@ -86,10 +85,10 @@ async def test_a_step_limit_above_max_llm_calls_fails_at_the_start(carrier: Carr
 # -- budgets --------------------------------------------------------------------------------------
 
 
-async def test_cost_budget_from_usage_metadata_and_token_prices(carrier: Carrier) -> None:
+async def test_cost_budget_from_usage_metadata_and_token_prices_as_cost(carrier: Carrier) -> None:
     model = ScriptedLlm(then=fresh_numbers(), input_tokens=1000, output_tokens=200)
     # $1 / M input, $5 / M output: each call costs $0.001 + $0.001 = $0.002.
-    plugin = RepeatGuardPlugin(Policy(max_cost_usd=0.005), prices=token_prices(1.0, 5.0))
+    plugin = RepeatGuardPlugin(max_cost_usd=0.005, cost=TokenPrices(1.0, 5.0))
     runner = runner_for(looping_agent(carrier, model), plugin)
 
     turn = await run_turn(runner, await new_session(runner), "Track everything")
@@ -110,17 +109,15 @@ async def test_time_budget_on_the_plugins_clock(carrier: Carrier) -> None:
     assert turn.final.custom_metadata == {STOP_METADATA: "time"}
 
 
-def test_token_prices_read_gemini_usage() -> None:
+def test_token_prices_read_gemini_usage_metadata() -> None:
     from google.genai import types
 
     usage = types.GenerateContentResponseUsageMetadata(
         prompt_token_count=1000, candidates_token_count=100, thoughts_token_count=100, cached_content_token_count=400
     )
-    assert token_prices(1.0, 10.0)(usage) == pytest.approx((1000 * 1 + 200 * 10) / 1e6)
-    assert token_prices(1.0, 10.0, 0.25)(usage) == pytest.approx((600 * 1 + 400 * 0.25 + 200 * 10) / 1e6)
-    assert token_prices(1.0, 10.0)(types.GenerateContentResponseUsageMetadata()) == 0.0
-    with pytest.raises(ValueError, match="input_usd_per_million"):
-        token_prices(-1.0, 1.0)
+    assert TokenPrices(1.0, 10.0)(usage) == pytest.approx((1000 * 1 + 200 * 10) / 1e6)
+    assert TokenPrices(1.0, 10.0, 0.25)(usage) == pytest.approx((600 * 1 + 400 * 0.25 + 200 * 10) / 1e6)
+    assert TokenPrices(1.0, 10.0)(types.GenerateContentResponseUsageMetadata()) == 0.0
 
 
 # -- misuse ---------------------------------------------------------------------------------------
@@ -146,25 +143,74 @@ def test_one_plugin_registered_twice_is_refused_by_adk(carrier: Carrier) -> None
         InMemoryRunner(app=App(name=APP, root_agent=looping_agent(carrier), plugins=[plugin, plugin]))
 
 
-def test_a_guard_with_its_own_state_is_refused() -> None:
+def test_the_plugin_builds_with_no_arguments_as_adk_web_builds_it() -> None:
+    # adk web / adk api_server --extra_plugins repeat_hooks_google_adk.RepeatGuardPlugin: cls(name=<qualified name>).
+    plugin = RepeatGuardPlugin(name="repeat_hooks_google_adk.RepeatGuardPlugin")
+
+    assert plugin.policy == Policy()
+    assert RepeatGuardPlugin(max_calls=3, max_refusals=1).policy == Policy(max_calls=3, max_refusals=1)
+
+
+def test_a_policy_argument_that_is_not_one_is_refused() -> None:
     with pytest.raises(
         TypeError, match=r"takes a Policy, not a StopRepeatedCalls.*RepeatGuardPlugin\(Policy\(\.\.\.\)\)"
     ):
-        RepeatGuardPlugin(StopRepeatedCalls(max_calls=2))
-    with pytest.raises(TypeError, match=r"needs a repeat_hooks\.Policy, got dict"):
+        RepeatGuardPlugin(StopRepeatedCalls(max_calls=2))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"takes a repeat_hooks\.Policy, not dict"):
         RepeatGuardPlugin({"max_calls": 2})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"unknown setting 'max_call' \(did you mean max_calls\?\)"):
+        RepeatGuardPlugin(max_call=2)
+    with pytest.raises(TypeError, match="not both"):
+        RepeatGuardPlugin(Policy(), max_calls=2)
 
 
 def test_budgets_that_can_never_trip_are_refused() -> None:
-    with pytest.raises(ValueError, match=r"max_cost_usd=\.\.\.\) can never trip without prices.*token_prices"):
+    with pytest.raises(GuardSetupError, match=r"max_cost_usd=\.\.\.\) could never trip.*cost=TokenPrices"):
         RepeatGuardPlugin(Policy(max_cost_usd=1.0))
-    with pytest.raises(ValueError, match=r"max_model_seconds=\.\.\.\) can never trip without a clock"):
+    with pytest.raises(GuardSetupError, match=r"max_model_seconds=\.\.\.\) could never trip.*clock="):
         RepeatGuardPlugin(Policy(max_model_seconds=30), clock=None)
+
+
+async def test_a_tool_name_the_agent_lacks_fails_at_the_first_model_call(carrier: Carrier) -> None:
+    model = ScriptedLlm(then=keep_calling("track_parcel", ARGS))
+    runner = runner_for(looping_agent(carrier, model), RepeatGuardPlugin(limits={"track_parcels": 1}))
+
+    with pytest.raises(RuntimeError, match=r"limits=\.\.\.\) names 'track_parcels'.*did you mean 'track_parcel'"):
+        await run_turn(runner, await new_session(runner), "Keep checking FR-7731")
+
+    assert model.calls == 0 and carrier.calls == []
+
+
+async def test_tool_names_are_checked_against_the_whole_agent_tree(carrier: Carrier) -> None:
+    from google.adk.tools.agent_tool import AgentTool
+
+    def reroute_parcel(tracking_number: str, hub: str) -> dict[str, Any]:
+        """Send a parcel to another hub."""
+        return {"status": f"{tracking_number}: rerouted to {hub}"}
+
+    helper = LlmAgent(name="rerouter", model=ScriptedLlm(), tools=[reroute_parcel])
+    desk = LlmAgent(name="front_desk", model=ScriptedLlm(), tools=[carrier.tool, AgentTool(helper)])
+    # reroute_parcel belongs to an agent used as a tool, not to the agent whose model is called first.
+    plugin = RepeatGuardPlugin(limits={"reroute_parcel": 1, "rerouter": 1}, exempt={"track_parcel"})
+    runner = runner_for(desk, plugin)
+
+    turn = await run_turn(runner, await new_session(runner), "Hello")
+
+    assert turn.final_text == "Done."
+
+
+async def test_check_tools_false_leaves_names_unchecked(carrier: Carrier) -> None:
+    plugin = RepeatGuardPlugin(Policy(limits={"found_later": 1}), check_tools=False)
+    runner = runner_for(looping_agent(carrier, ScriptedLlm()), plugin)
+
+    turn = await run_turn(runner, await new_session(runner), "Hello")
+
+    assert turn.final_text == "Done."
 
 
 @pytest.mark.parametrize("key", ["repeat_guard", "temp:repeat_hooks"])
 def test_a_state_key_adk_would_validate_or_drop_is_refused(key: str) -> None:
-    with pytest.raises(ValueError, match=r"must hold a ':'.*must not start with 'temp:'"):
+    with pytest.raises(GuardSetupError, match=r"must hold a ':'.*must not start with 'temp:'"):
         RepeatGuardPlugin(Policy(), state_key=key)
 
 
@@ -175,7 +221,7 @@ async def test_a_foreign_value_under_the_state_key_fails_with_the_key_named(carr
         app_name=APP, user_id=USER, state={STATE_KEY: {"counts": "not a dict"}}
     )
 
-    with pytest.raises(RuntimeError, match="session state 'repeat_hooks:guard' does not hold a guard state"):
+    with pytest.raises(RuntimeError, match=r"session state 'repeat_hooks:guard': .*delete it to start"):
         await run_turn(runner, session.id, "Keep checking FR-7731")
 
     assert carrier.calls == []

@@ -16,8 +16,7 @@ from repeat_hooks_google_adk.testing import ScriptedLlm, keep_calling
 
 from repeat_hooks import Policy
 
-from .conftest import APP, USER, Turn, run_turn
-from .test_story import ARGS, STOPPED
+from .conftest import APP, ARGS, STOPPED, USER, Turn, run_turn
 
 
 def overlapping_runner(service: BaseSessionService, calls: list[str]) -> tuple[Runner, ScriptedLlm]:
@@ -55,8 +54,8 @@ async def test_a_database_session_lets_one_overlapping_invocation_through(tmp_pa
     stored = await service.get_session(app_name=APP, user_id=USER, session_id=session.id)
     assert stored is not None
     state = read_state(stored)
-    assert state.turn_id == winners[0].invocation_id
-    assert state.model_calls == 5 and state.refusals == 3
+    assert state.turn.id == winners[0].invocation_id
+    assert state.turn.responses == 5 and state.turn.refusals == 3
 
 
 async def test_an_in_memory_session_runs_both_each_counted_on_its_own() -> None:
@@ -77,4 +76,4 @@ async def test_an_in_memory_session_runs_both_each_counted_on_its_own() -> None:
     # The stored guard state is the one written last: one of the two turns.
     stored = await service.get_session(app_name=APP, user_id=USER, session_id=session.id)
     assert stored is not None
-    assert read_state(stored).turn_id in {first.invocation_id, second.invocation_id}
+    assert read_state(stored).turn.id in {first.invocation_id, second.invocation_id}

@@ -12,8 +12,7 @@ from repeat_hooks_google_adk.testing import ScriptedLlm, function_call, keep_cal
 
 from repeat_hooks import Policy, StopReason
 
-from .conftest import TRACKED, USER, Carrier, new_session, run_turn, runner_for
-from .test_story import ARGS, REFUSAL, STOPPED
+from .conftest import ARGS, REFUSAL, STOPPED, TRACKED, USER, Carrier, new_session, run_turn, runner_for
 
 
 async def test_parallel_identical_calls_are_counted_exactly(carrier: Carrier) -> None:
@@ -36,8 +35,8 @@ async def test_parallel_identical_calls_are_counted_exactly(carrier: Carrier) ->
     session = await runner.session_service.get_session(app_name=runner.app_name, user_id=USER, session_id=session_id)
     assert session is not None
     state = read_state(session)
-    assert list(state.counts.values()) == [9]
-    assert state.refusals == 7 and state.refused_responses == 3 and state.model_calls == 3
+    assert list(state.turn.counts.values()) == [9]
+    assert state.turn.refusals == 7 and state.turn.refused_responses == 3 and state.turn.responses == 3
 
 
 async def test_parallel_calls_with_different_arguments_all_run(carrier: Carrier) -> None:
@@ -79,9 +78,9 @@ async def test_a_transfer_to_a_sub_agent_counts_in_the_same_turn(carrier: Carrie
     session = await runner.session_service.get_session(app_name=runner.app_name, user_id=USER, session_id=session_id)
     assert session is not None
     state = read_state(session)
-    assert state.turn == 1 and state.turn_id == turn.invocation_id
-    assert state.model_calls == 2 + 4
-    assert state.stop is not None and state.stop.reason is StopReason.IGNORED_REFUSALS
+    assert state.turn.number == 1 and state.turn.id == turn.invocation_id
+    assert state.turn.responses == 2 + 4
+    assert state.turn.stop is not None and state.turn.stop.reason is StopReason.IGNORED_REFUSALS
 
 
 async def test_concurrent_sessions_on_one_runner_are_kept_apart() -> None:
@@ -121,8 +120,8 @@ async def test_concurrent_sessions_on_one_runner_are_kept_apart() -> None:
         )
         assert session is not None
         state = read_state(session)
-        assert state.turn_id == turn.invocation_id
-        assert state.model_calls == 5 and state.refusals == 3
+        assert state.turn.id == turn.invocation_id
+        assert state.turn.responses == 5 and state.turn.refusals == 3
 
 
 async def test_an_agent_used_as_a_tool_counts_in_the_callers_turn(carrier: Carrier) -> None:
@@ -150,8 +149,8 @@ async def test_an_agent_used_as_a_tool_counts_in_the_callers_turn(carrier: Carri
     session = await runner.session_service.get_session(app_name=runner.app_name, user_id=USER, session_id=session_id)
     assert session is not None
     state = read_state(session)
-    assert state.turn == 1 and state.turn_id == turn.invocation_id
-    assert state.model_calls == 2 + 4
+    assert state.turn.number == 1 and state.turn.id == turn.invocation_id
+    assert state.turn.responses == 2 + 4
 
 
 async def test_an_agent_used_as_a_tool_is_itself_counted(carrier: Carrier) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from .test_story import STOPPED
+from .conftest import STOPPED
 
 WORKER = Path(__file__).with_name("session_worker.py")
 ANSWER_TIMEOUT = 60.0
@@ -128,8 +128,8 @@ def test_two_processes_serve_alternate_invocations_with_exact_counts(
     assert carrier_calls(carrier_log) == ["a", "a", "b", "b", "a", "a", "b", "b"]
     # Both processes read and wrote the one state in the database: 4 turns, each stopped once.
     state = b.ask(op="state", session=session)["state"]
-    assert state["turn"] == 4
-    assert state["turn_id"] == answers[-1]["invocation"]
+    assert state["turn"]["number"] == 4
+    assert state["turn"]["id"] == answers[-1]["invocation"]
     stops = [e for e in state["events"] if e["kind"] == "stop"]
     assert [e["turn_id"] for e in stops] == [answer["invocation"] for answer in answers]
     assert sum(e["kind"] == "refusal" for e in state["events"]) == 12
@@ -146,8 +146,8 @@ def test_a_process_killed_mid_invocation_loses_no_count(workers: tuple[WorkerPro
     a.kill()
     assert carrier_calls(carrier_log) == ["a", "a"]
     persisted = b.ask(op="state", session=session)["state"]
-    assert persisted["model_calls"] == 2
-    invocation = persisted["turn_id"]
+    assert persisted["turn"]["responses"] == 2  # the 3rd model call's count went down with the process
+    invocation = persisted["turn"]["id"]
 
     # Process b resumes the invocation: the same turn, so the very next call is refused.
     answer = b.ask(op="resume", session=session, invocation=invocation)
@@ -158,4 +158,5 @@ def test_a_process_killed_mid_invocation_loses_no_count(workers: tuple[WorkerPro
     assert answer["finals"] == [STOPPED]
     assert answer["stop"] == "ignored_refusals"
     state = b.ask(op="state", session=session)["state"]
-    assert state["turn"] == 1 and state["model_calls"] == 5 and state["refusals"] == 3
+    turn = state["turn"]
+    assert turn["number"] == 1 and turn["responses"] == 5 and turn["refusals"] == 3

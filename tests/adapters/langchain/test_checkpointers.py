@@ -49,12 +49,12 @@ def test_sqlite_keeps_the_counts_across_a_restart(tmp_path: Path) -> None:
     with sqlite3.connect(database, check_same_thread=False) as connection:
         agent = parcel_agent(second_model, carrier, checkpointer=SqliteSaver(connection))
         saved = guard_state_of(agent.get_state(thread("t1")).values)
-        assert (saved.turn, saved.refusals, saved.model_calls) == (1, 3, 5)
+        assert (saved.turn.number, saved.turn.refusals, saved.turn.model_calls) == (1, 3, 5)
         second = agent.invoke(USER, thread("t1"))
 
     assert carrier.calls == ["FR-7731"] * 4
     state = guard_state_of(second)
-    assert (state.turn, state.refusals, state.model_calls) == (2, 3, 5)
+    assert (state.turn.number, state.turn.refusals, state.turn.model_calls) == (2, 3, 5)
     assert second_model.tool_results(3) == [REFUSAL]
 
 
@@ -70,7 +70,7 @@ def test_postgres_two_processes_alternate_turns_and_one_killed_mid_turn_loses_no
     turn_2 = serve(saver, calls, "--say", "Check again")
     assert (turn_1["last"], turn_2["last"]) == (STOPPED, STOPPED)
     assert lines(calls) == 4
-    assert [turn_1["guard"]["turn"], turn_2["guard"]["turn"]] == [1, 2]
+    assert [turn_1["guard"]["turn"]["number"], turn_2["guard"]["turn"]["number"]] == [1, 2]
     assert turn_2["tool_results"][-3:] == [REFUSAL] * 3
 
     # Process C starts turn 3 and is killed (SIGKILL) inside the 2nd tool call of the turn.
@@ -93,14 +93,14 @@ def test_postgres_two_processes_alternate_turns_and_one_killed_mid_turn_loses_no
     assert resumed["last"] == STOPPED
     assert lines(calls) == 7
     guard = resumed["guard"]
-    assert (guard["turn"], guard["refusals"], guard["model_calls"]) == (3, 3, 5)
-    assert list(guard["counts"].values()) == [5]
-    assert guard["stop"]["reason"] == "ignored_refusals"
+    assert (guard["turn"]["number"], guard["turn"]["refusals"], guard["turn"]["model_calls"]) == (3, 3, 5)
+    assert list(guard["turn"]["counts"].values()) == [5]
+    assert guard["turn"]["stop"]["reason"] == "ignored_refusals"
     assert resumed["model_calls_here"] == 3  # 2 model calls ran in the killed process, 3 here: 5, not 2 + 5
 
     # Process A again: turn 4 is fresh.
     turn_4 = serve(saver, calls, "--say", "One more time")
-    assert (turn_4["last"], turn_4["guard"]["turn"], lines(calls)) == (STOPPED, 4, 9)
+    assert (turn_4["last"], turn_4["guard"]["turn"]["number"], lines(calls)) == (STOPPED, 4, 9)
 
 
 def test_an_approval_resumed_in_a_fresh_process_keeps_the_counts(tmp_path: Path) -> None:
@@ -110,7 +110,7 @@ def test_an_approval_resumed_in_a_fresh_process_keeps_the_counts(tmp_path: Path)
     # Process 1: the 1st call is approved and runs; the 2nd waits for approval when the process exits.
     paused = serve(saver, calls, "--scenario", "approval", "--say", "Keep checking FR-7731", "--approvals", "1")
     assert paused["interrupted"] and lines(calls) == 1
-    assert paused["guard"]["turn"] == 1
+    assert paused["guard"]["turn"]["number"] == 1
 
     # Process 2 (fresh): approves everything. The 2nd call runs; the 3rd, approved by the human, is still
     # refused by the guard (the count of 2 survived the interrupt and the process change); no new turn.
@@ -120,8 +120,8 @@ def test_an_approval_resumed_in_a_fresh_process_keeps_the_counts(tmp_path: Path)
     assert finished["tool_results"] == ["FR-7731: in transit, hub Lyon"] * 2 + [REFUSAL]
     assert finished["last"] == "Still in transit."
     guard = finished["guard"]
-    assert (guard["turn"], guard["refusals"], guard["model_calls"]) == (1, 1, 4)
-    assert guard["stop"] is None
+    assert (guard["turn"]["number"], guard["turn"]["refusals"], guard["turn"]["model_calls"]) == (1, 1, 4)
+    assert guard["turn"]["stop"] is None
 
 
 def test_stop_is_readable_from_the_checkpointed_state(tmp_path: Path) -> None:

@@ -76,7 +76,7 @@ def test_a_success_between_failures_resets_the_count() -> None:
     assert flaky.calls == ["FR-1", "FR-2", "FR-3", "FR-4", "FR-5"]
     assert result["messages"][-1].content == "done"
     assert stop_of(result) is None
-    assert guard_state_of(result).errors_in_a_row == 2
+    assert guard_state_of(result).turn.errors_in_a_row == 2
 
 
 def test_an_unhandled_tool_error_reaches_the_caller_and_the_next_turn_starts_clean() -> None:
@@ -92,7 +92,7 @@ def test_an_unhandled_tool_error_reaches_the_caller_and_the_next_turn_starts_cle
     result = agent.invoke({"messages": [("user", "Try FR-2")]}, thread("t1"))
     assert result["messages"][-1].content == "FR-2 moves"
     assert flaky.calls == ["FR-1", "FR-2"]
-    assert guard_state_of(result).turn == 2
+    assert guard_state_of(result).turn.number == 2
 
 
 def test_malformed_arguments_never_reach_the_tool_count_as_failures_and_repeats_are_refused(
@@ -110,7 +110,7 @@ def test_malformed_arguments_never_reach_the_tool_count_as_failures_and_repeats_
     # The default count="progress" tells the model this call fails the same way each time.
     assert model.tool_results(3)[0].startswith("Refused: track_parcel failed the same way 2 times")
     state = guard_state_of(result)
-    assert state.errors_in_a_row == 2 and state.refusals == 2
+    assert state.turn.errors_in_a_row == 2 and state.turn.refusals == 2
     assert stop_of(result) is not None
     # No argument values in the saved state: digests and tool names only.
     assert "FR-7731" not in str(result["repeat_guard"])

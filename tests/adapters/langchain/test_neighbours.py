@@ -63,7 +63,7 @@ def test_model_call_limit_that_trips_first_ends_the_turn_with_its_message(guard_
     assert carrier.calls == ["FR-7731", "FR-7731"]
     assert "limit" in str(result["messages"][-1].content).lower()
     assert stop_of(result) is None
-    assert guard_state_of(result).refusals == 1
+    assert guard_state_of(result).turn.refusals == 1
 
 
 @ORDERS
@@ -89,7 +89,7 @@ def test_summarization_rewriting_the_history_mid_turn_loses_no_count(guard_first
     assert carrier.calls == ["FR-7731", "FR-7731"]
     assert result["messages"][-1].content == STOPPED
     state = guard_state_of(result)
-    assert (state.refusals, state.model_calls) == (3, 5)
+    assert (state.turn.refusals, state.turn.model_calls) == (3, 5)
 
 
 @ORDERS
@@ -108,7 +108,7 @@ def test_human_approval_then_the_guard_refuses_the_approved_repeat(guard_first: 
     assert carrier.calls == ["FR-7731", "FR-7731"]
     assert [m.content for m in result["messages"] if isinstance(m, ToolMessage)][2:] == [REFUSAL] * 3
     assert result["messages"][-1].content == STOPPED
-    assert guard_state_of(result).turn == 1  # resuming is not a new turn
+    assert guard_state_of(result).turn.number == 1  # resuming is not a new turn
 
 
 @ORDERS

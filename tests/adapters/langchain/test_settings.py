@@ -1,4 +1,5 @@
-"""Budgets from what the model reports, and misuse that must fail loudly with the right spelling."""
+"""Budgets from what the model reports, tools' effect hints, and misuse that must fail loudly with the right
+spelling."""
 
 from __future__ import annotations
 
@@ -9,10 +10,17 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langchain_parcels import ARGS, USER, Carrier, parcel_agent, seed_004, thread
-from repeat_hooks_langchain import RepeatGuardMiddleware, guard_state_of, stop_of, token_prices
-from repeat_hooks_langchain.testing import ScriptedChatModel, call_message, keep_calling
+from repeat_hooks_langchain import (
+    Policy,
+    RepeatGuardMiddleware,
+    StopReason,
+    TokenPrices,
+    guard_state_of,
+    stop_of,
+)
+from repeat_hooks_langchain.testing import ScriptedChatModel, answer, call_message, keep_calling
 
-from repeat_hooks import Policy, StopReason, StopRepeatedCalls
+from repeat_hooks import GuardSetupError, StateCorrupt, StopRepeatedCalls
 
 
 def distinct_calls(messages: Any) -> AIMessage:
@@ -23,7 +31,7 @@ def distinct_calls(messages: Any) -> AIMessage:
 def test_usage_metadata_counts_toward_the_cost_budget(carrier: Carrier) -> None:
     # 1000 input and 500 output tokens per response at $2 / $8 per million: $0.006 a call.
     model = ScriptedChatModel(then=distinct_calls, usage=(1000, 500))
-    guard = RepeatGuardMiddleware(Policy(max_calls=None, max_cost_usd=0.01), cost=token_prices(2.0, 8.0))
+    guard = RepeatGuardMiddleware(Policy(max_calls=None, max_cost_usd=0.01), cost=TokenPrices(2.0, 8.0))
 
     result = parcel_agent(model, carrier, middleware=[guard]).invoke(USER, thread("t1"))
 
@@ -31,12 +39,12 @@ def test_usage_metadata_counts_toward_the_cost_budget(carrier: Carrier) -> None:
     assert len(carrier.calls) == 2
     stop = stop_of(result)
     assert stop is not None and stop.reason is StopReason.COST
-    assert guard_state_of(result).cost_usd == pytest.approx(0.012)
+    assert guard_state_of(result).turn.cost_usd == pytest.approx(0.012)
     assert result["messages"][-1].content == stop.message
 
 
 def test_cached_input_tokens_are_charged_at_their_own_price() -> None:
-    cost = token_prices(2.0, 8.0, cached_input_usd_per_million=0.5)
+    cost = TokenPrices(2.0, 8.0, cached_input_usd_per_million=0.5)
     usage: Any = {
         "input_tokens": 1000,
         "output_tokens": 0,
@@ -45,7 +53,7 @@ def test_cached_input_tokens_are_charged_at_their_own_price() -> None:
     }
     assert cost(usage) == pytest.approx((200 * 2.0 + 800 * 0.5) / 1_000_000)
     with pytest.raises(ValueError, match=">= 0"):
-        token_prices(-1.0, 8.0)
+        TokenPrices(-1.0, 8.0)
 
 
 def test_max_model_calls_ends_the_turn_before_the_next_call(carrier: Carrier) -> None:
@@ -59,36 +67,78 @@ def test_max_model_calls_ends_the_turn_before_the_next_call(carrier: Carrier) ->
 
 
 def test_a_cost_budget_without_prices_fails_at_setup() -> None:
-    with pytest.raises(ValueError, match=r"cost=token_prices\(input_usd_per_million"):
+    with pytest.raises(GuardSetupError, match=r"max_cost_usd=.*cost=TokenPrices\(input_usd_per_million"):
         RepeatGuardMiddleware(Policy(max_cost_usd=1.0))
 
 
 def test_a_time_budget_without_a_clock_fails_at_setup() -> None:
-    with pytest.raises(ValueError, match=r"clock=time.monotonic"):
+    with pytest.raises(GuardSetupError, match=r"max_model_seconds=.*clock=repeat_hooks.clock.monotonic"):
         RepeatGuardMiddleware(Policy(max_model_seconds=30), clock=None)
 
 
 def test_a_cost_budget_with_a_model_that_reports_no_usage_fails_at_the_first_call(carrier: Carrier) -> None:
     model = ScriptedChatModel(then=keep_calling("track_parcel", ARGS))  # no usage_metadata
-    guard = RepeatGuardMiddleware(Policy(max_cost_usd=1.0), cost=token_prices(2.0, 8.0))
+    guard = RepeatGuardMiddleware(Policy(max_cost_usd=1.0), cost=TokenPrices(2.0, 8.0))
 
-    with pytest.raises(ValueError, match="no usage_metadata, so the budget could never trip"):
+    with pytest.raises(GuardSetupError, match="no usage_metadata, so the budget could never trip"):
         parcel_agent(model, carrier, middleware=[guard]).invoke(USER, thread("t1"))
     assert carrier.calls == []
 
 
-def test_settings_passed_to_the_middleware_instead_of_the_policy_fail_with_the_right_spelling() -> None:
-    with pytest.raises(TypeError, match=r"RepeatGuardMiddleware\(Policy\(max_calls=2\)\)"):
-        RepeatGuardMiddleware(seed_004(), max_calls=2)  # type: ignore[call-arg]
+def test_the_policy_is_given_as_a_policy_or_as_keywords_or_not_at_all() -> None:
+    assert RepeatGuardMiddleware().policy == Policy()
+    assert RepeatGuardMiddleware(max_calls=2, max_refusals=3).policy == Policy(max_calls=2, max_refusals=3)
+    assert RepeatGuardMiddleware(seed_004()).policy == seed_004()
+
+
+def test_settings_given_both_ways_or_misspelled_fail_with_the_right_spelling() -> None:
+    with pytest.raises(TypeError, match=r"a Policy or the settings as keywords, not both: put max_calls inside"):
+        RepeatGuardMiddleware(seed_004(), max_calls=2)
+    with pytest.raises(TypeError, match=r"unknown setting 'max_call' \(did you mean max_calls\?\)"):
+        RepeatGuardMiddleware(max_call=2)
 
 
 def test_a_policy_passed_wrong_fails_with_the_right_spelling() -> None:
-    with pytest.raises(TypeError, match=r"a Policy instance: RepeatGuardMiddleware\(Policy\(max_calls=2\)\)"):
-        RepeatGuardMiddleware(Policy)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"not a StopRepeatedCalls: the counts live in each thread's graph state"):
+    with pytest.raises(TypeError, match=r"not the class Policy: pass RepeatGuardMiddleware\(Policy\(\.\.\.\)\)"):
+        RepeatGuardMiddleware(Policy)
+    with pytest.raises(TypeError, match=r"not a StopRepeatedCalls \(which holds one conversation's counts\)"):
         RepeatGuardMiddleware(StopRepeatedCalls(max_calls=2))
-    with pytest.raises(TypeError, match=r"got dict: write RepeatGuardMiddleware\(Policy\("):
-        RepeatGuardMiddleware({"max_calls": 2})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"not dict: RepeatGuardMiddleware\(Policy\(\.\.\.\)\)"):
+        RepeatGuardMiddleware({"max_calls": 2})
+
+
+def test_a_tool_named_in_the_policy_that_the_agent_lacks_fails_at_the_first_tool_call(carrier: Carrier) -> None:
+    model = ScriptedChatModel(then=keep_calling("track_parcel", ARGS))
+    agent = parcel_agent(model, carrier, Policy(limits={"track_parcels": 1}))
+
+    with pytest.raises(GuardSetupError, match=r"limits=...\) names 'track_parcels'.*did you mean 'track_parcel'"):
+        agent.invoke(USER, thread("t1"))
+    assert carrier.calls == []
+
+
+def test_tool_names_are_checked_against_every_tool_not_the_ones_a_middleware_offered(carrier: Carrier) -> None:
+    # A tool-selecting middleware outside the guard narrows the model call's tools; the policy names a
+    # tool the agent has but this model call was not offered: no error, and the limit still applies.
+    from langchain.agents.middleware import AgentMiddleware
+
+    class OfferOnlyTracking(AgentMiddleware[Any, Any, Any]):
+        def wrap_model_call(self, request: Any, handler: Any) -> Any:
+            return handler(request.override(tools=[t for t in request.tools if t.name == "track_parcel"]))
+
+    @tool
+    def cancel_parcel(tracking_number: str) -> str:
+        """Cancel a parcel."""
+        return "cancelled"
+
+    model = ScriptedChatModel(replies=[keep_calling("track_parcel", ARGS)] * 2 + [answer("done")])
+    guard = RepeatGuardMiddleware(Policy(limits={"cancel_parcel": 0, "track_parcel": 1}))
+    agent = parcel_agent(model, carrier, middleware=[OfferOnlyTracking(), guard], tools=[cancel_parcel])
+
+    result = agent.invoke(USER, thread("t1"))
+
+    assert model.tools_offered == ["track_parcel"]
+    assert carrier.calls == ["FR-7731"] and model.tool_results(2)[0].startswith("Refused")
+    assert result["messages"][-1].content == "done"
 
 
 def test_the_middleware_given_twice_is_refused_by_create_agent(carrier: Carrier) -> None:
@@ -109,7 +159,7 @@ def test_a_state_key_written_by_someone_else_fails_loudly(carrier: Carrier) -> N
     agent.invoke(USER, thread("t1"))
     agent.update_state(thread("t1"), {"repeat_guard": {"turn": "not a number"}})
 
-    with pytest.raises(ValueError, match="only RepeatGuardMiddleware may write it"):
+    with pytest.raises(StateCorrupt, match=r"only RepeatGuardMiddleware may write it.*delete it"):
         agent.invoke(USER, thread("t1"))
 
 
@@ -138,7 +188,7 @@ def test_structured_output_calls_are_the_answer_not_tool_calls(carrier: Carrier)
     result = agent.invoke(USER)
 
     assert result["structured_response"] == ParcelStatus(**status)
-    assert stop_of(result) is None and guard_state_of(result).refusals == 0
+    assert stop_of(result) is None and guard_state_of(result).turn.refusals == 0
 
 
 @pytest.mark.parametrize("hint", [True, None], ids=["read-only-hint", "no-hint"])
@@ -170,3 +220,31 @@ def test_a_read_only_hint_in_tool_metadata_keeps_other_counts_running(carrier: C
         assert model.tool_results(4)[0].startswith("Refused")
     else:  # an unknown tool may have changed something: the count restarts and the call runs
         assert carrier.calls == ["FR-7731"] * 3
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [{"destructiveHint": True, "idempotentHint": False}, {"destructiveHint": None, "idempotentHint": None}, None],
+    ids=["destructive-not-idempotent", "annotations-unset", "no-annotations"],
+)
+def test_a_destructive_write_is_not_sent_twice_when_the_tool_says_so(annotations: dict[str, Any] | None) -> None:
+    # MCP's effect hints, as langchain-mcp-adapters puts them in BaseTool.metadata (unset ones as None).
+    placed: list[str] = []
+
+    @tool
+    def place_order(item: str) -> str:
+        """Order an item."""
+        placed.append(item)
+        return f"order ORD-{len(placed)} placed: {item}"  # a new receipt every time
+
+    place_order.metadata = annotations
+    model = ScriptedChatModel(replies=[call_message(("place_order", {"item": "box"}))] * 3 + [answer("Ordered.")])
+    agent = create_agent(model, tools=[place_order], middleware=[RepeatGuardMiddleware()])
+
+    agent.invoke(USER)
+
+    if annotations and annotations["destructiveHint"]:  # the order went through: never sent again unchanged
+        assert placed == ["box"]
+        assert [model.tool_results(n)[0][:8] for n in (2, 3)] == ["Refused:"] * 2
+    else:  # nothing says it is a write, and each receipt is new: progress, so it runs
+        assert placed == ["box"] * 3

@@ -20,7 +20,7 @@ async def test_concurrent_threads_on_one_agent_are_kept_apart(carrier: Carrier) 
     assert model.calls == 20
     for result in results:
         state = guard_state_of(result)
-        assert (state.turn, state.refusals, state.model_calls) == (1, 3, 5)
+        assert (state.turn.number, state.turn.refusals, state.turn.model_calls) == (1, 3, 5)
 
 
 def test_a_thread_stopped_by_the_guard_does_not_affect_a_new_thread(carrier: Carrier) -> None:

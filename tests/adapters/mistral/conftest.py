@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,8 +55,16 @@ def carrier() -> Iterator[Carrier]:
     CARRIER.fail = False
 
 
-def make_agent(model: Any, *hooks: agents.Hook, builtins: Any = None, max_iterations: int = 20) -> agents.Agent:
-    """The parcel tracker with ``model`` and ``hooks``; only ``track_parcel`` unless ``builtins`` says so."""
+def make_agent(
+    model: Any,
+    *hooks: agents.Hook,
+    tools: Sequence[Any] = (track_parcel,),
+    builtins: Any = None,
+    max_iterations: int = 20,
+    mcps: dict[str, Any] | None = None,
+) -> agents.Agent:
+    """The parcel tracker with ``model`` and ``hooks``; ``tools`` (``track_parcel``) and ``mcps`` (none) as its
+    tools, and no builtin unless ``builtins`` says so."""
     return agents.Agent(
         model=model.name,
         completion=model.completion(),
@@ -64,7 +72,7 @@ def make_agent(model: Any, *hooks: agents.Hook, builtins: Any = None, max_iterat
         instructions="You track parcels with track_parcel.",
         builtins=builtins if builtins is not None else agents.Builtins.none(),
         max_iterations=max_iterations,  # a broken guard cannot loop forever
-        harness=agents.Harness(tools=[track_parcel], hooks=list(hooks)),
+        harness=agents.Harness(tools=list(tools), hooks=list(hooks), mcps=mcps),
     )
 
 

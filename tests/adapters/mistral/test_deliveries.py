@@ -1,7 +1,9 @@
-"""Which calls count: repeated model call ids, re-delivered hook calls, calls made inside run_typescript."""
+"""Which calls count: a response's calls decided before any runs, repeated model call ids, re-delivered hook
+calls, calls made inside run_typescript."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from typing import Any, cast
@@ -23,7 +25,7 @@ from mistralai.vibe.harness.runtime.capabilities import (
     PreToolCallHookInvocation,
 )
 from mistralai.vibe_agents.sdk.authoring.contracts import HookContext, HookSession
-from repeat_hooks_mistral import StopRepeatedCalls
+from repeat_hooks_mistral import RepeatGuardHook, events_of, read_state, stop_of
 from repeat_hooks_mistral.testing import ScriptedModel, ToolUse, run_turn, tool_messages
 from temporalio.testing import ActivityEnvironment
 
@@ -32,8 +34,48 @@ from repeat_hooks import Policy, StopReason
 FR = {"tracking_number": "FR-7731"}
 
 
-class ParcelGuard(StopRepeatedCalls):
+class ParcelGuard(RepeatGuardHook):
     policy = Policy(count="per_turn", match="tool", max_calls=2, max_refusals=3)
+
+
+# -- one model response, several calls: all decided before any of them runs ------------------------------
+
+ORDER: list[str] = []
+
+
+@agents.tool
+async def slow_scan(tracking_number: str) -> str:
+    """The carrier's latest scan of a parcel; slow."""
+    ORDER.append(f"run {tracking_number}")
+    await asyncio.sleep(0.05)
+    return f"{tracking_number}: in transit"
+
+
+class OrderGuard(RepeatGuardHook):
+    """The default policy; notes each decision as it returns."""
+
+    async def pre_tool_call(self, ctx: HookContext, call: Any) -> Any:
+        decision = await super().pre_tool_call(ctx, call)
+        ORDER.append(f"decide {call.tool_call.call.arguments['tracking_number']} {type(decision).__name__}")
+        return decision
+
+
+async def test_a_response_s_calls_are_all_decided_before_any_of_them_runs(agent_for: Any) -> None:
+    """rc11 runs the pre_tool_call of every call of a response before it runs any tool, so the guard's
+    per-call decisions are the batch's: no result of the response restarts another call's count."""
+    ORDER.clear()
+    scans = [ToolUse("slow_scan", {"tracking_number": number}) for number in ("A", "B", "A", "A", "C")]
+    model = ScriptedModel.replies(scans, "Done.")
+    async with await agent_for(model, OrderGuard(), tools=[slow_scan]).create_session() as session:
+        await run_turn(session, "Check A, B and C.")
+
+    decisions, runs = ORDER[:5], ORDER[5:]
+    assert all(line.startswith("decide") for line in decisions) and all(line.startswith("run") for line in runs)
+    assert sorted(decisions) == sorted(
+        [f"decide {n} PreToolCallHookContinue" for n in ("A", "A", "B", "C")] + ["decide A PreToolCallHookSkip"]
+    )
+    assert sorted(runs) == ["run A", "run A", "run B", "run C"]
+    assert [m.startswith("Refused") for m in tool_messages(model.requests[-1])] == [False, False, False, True, False]
 
 
 async def test_distinct_calls_sharing_one_model_call_id_are_all_counted(carrier: Any, agent_for: Any) -> None:
@@ -61,7 +103,7 @@ async def test_calls_made_inside_run_typescript_are_counted(carrier: Any, agent_
     builtins = agents.Builtins(skills=False, subagents=False, background_processes=False)  # run_typescript on
     async with await agent_for(model, ParcelGuard(), builtins=builtins).create_session() as session:
         result = await run_turn(session, "Check FR-7731 four times.")
-        events = await ParcelGuard.events(session.session_id)
+        events = await events_of(ParcelGuard, session.session_id)
 
     assert len(carrier.calls) == 2
     outputs = json.loads(tool_messages(model.requests[-1])[0])
@@ -103,7 +145,7 @@ def _activity(activity_id: str) -> ActivityEnvironment:
     return environment
 
 
-class OneCallGuard(StopRepeatedCalls):
+class OneCallGuard(RepeatGuardHook):
     policy = Policy(count="per_turn", match="tool", max_calls=1, max_errors_in_a_row=2, max_model_calls=2)
 
 
@@ -122,8 +164,8 @@ async def test_a_redelivered_tool_call_is_decided_once() -> None:
         "PreToolCallHookSkip",
     ]
     assert other_again.reason == other.reason
-    state = await OneCallGuard.load_state("redelivered-tool")
-    assert state is not None and state.refusals == 1
+    state = await read_state(OneCallGuard, "redelivered-tool")
+    assert state is not None and state.turn.refusals == 1
 
 
 async def test_a_redelivered_failure_is_recorded_once() -> None:
@@ -136,7 +178,7 @@ async def test_a_redelivered_failure_is_recorded_once() -> None:
 
     await _activity("5").run(guard.post_tool_call, ctx, _failed_result())
     assert type(await guard.pre_llm_call(ctx, llm)).__name__ == "PreLlmCallHookSkip"
-    stop = await OneCallGuard.last_stop("redelivered-failure")
+    stop = await stop_of(OneCallGuard, "redelivered-failure")
     assert stop is not None and stop.reason is StopReason.TOO_MANY_ERRORS
 
 
@@ -154,5 +196,5 @@ async def test_a_redelivered_model_call_is_counted_once() -> None:
 
     await _activity("12").run(guard.post_llm_call, ctx, post)
     assert type(await guard.pre_llm_call(ctx, pre)).__name__ == "PreLlmCallHookSkip"
-    stop = await OneCallGuard.last_stop("redelivered-model")
+    stop = await stop_of(OneCallGuard, "redelivered-model")
     assert stop is not None and stop.reason is StopReason.MAX_STEPS

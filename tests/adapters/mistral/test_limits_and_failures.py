@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import pytest
 from mistralai.agents import agents
-from repeat_hooks_mistral import STORE_DOWN_REFUSAL, StopRepeatedCalls
+from repeat_hooks_mistral import STORE_DOWN_REFUSAL, GuardSetupError, RepeatGuardHook, TokenPrices, read_state, stop_of
 from repeat_hooks_mistral.testing import ScriptedModel, ToolUse, calls_this_turn, run_turn, tool_messages
 
 from repeat_hooks import GuardState, MemoryStore, Policy, StopReason
@@ -22,7 +22,7 @@ def numbered_calls(request: Any) -> ToolUse:
     return ToolUse("track_parcel", {"tracking_number": f"FR-{calls_this_turn(request)}"})
 
 
-class StepGuard(StopRepeatedCalls):
+class StepGuard(RepeatGuardHook):
     policy = Policy(max_model_calls=3)
 
 
@@ -30,7 +30,7 @@ async def test_max_model_calls_ends_the_turn(carrier: Any, agent_for: Any) -> No
     model = ScriptedModel(numbered_calls)
     async with await agent_for(model, StepGuard()).create_session() as session:
         result = await run_turn(session, "Check every parcel.")
-        stop = await StepGuard.last_stop(session.session_id)
+        stop = await stop_of(StepGuard, session.session_id)
 
     assert len(model.requests) == 3
     assert len(carrier.calls) == 3
@@ -39,10 +39,9 @@ async def test_max_model_calls_ends_the_turn(carrier: Any, agent_for: Any) -> No
     assert result.text == ""
 
 
-class CostGuard(StopRepeatedCalls):
+class CostGuard(RepeatGuardHook):
     policy = Policy(max_cost_usd=0.05)
-    usd_per_million_input_tokens = 2.0
-    usd_per_million_output_tokens = 6.0
+    cost = TokenPrices(2.0, 6.0)
 
 
 async def test_the_cost_of_the_recorded_token_usage_ends_the_turn(carrier: Any, agent_for: Any) -> None:
@@ -50,15 +49,15 @@ async def test_the_cost_of_the_recorded_token_usage_ends_the_turn(carrier: Any, 
     model = ScriptedModel(numbered_calls, usage=(10_000, 1_000))
     async with await agent_for(model, CostGuard()).create_session() as session:
         await run_turn(session, "Check every parcel.")
-        stop = await CostGuard.last_stop(session.session_id)
-        state = await CostGuard.load_state(session.session_id)
+        stop = await stop_of(CostGuard, session.session_id)
+        state = await read_state(CostGuard, session.session_id)
 
     assert len(model.requests) == 2
     assert stop is not None and stop.reason is StopReason.COST
-    assert state is not None and state.cost_usd == pytest.approx(0.052)
+    assert state is not None and state.turn.cost_usd == pytest.approx(0.052)
 
 
-class ErrorGuard(StopRepeatedCalls):
+class ErrorGuard(RepeatGuardHook):
     policy = Policy(max_errors_in_a_row=2)
 
 
@@ -67,14 +66,14 @@ async def test_failed_tool_calls_in_a_row_end_the_turn(carrier: Any, agent_for: 
     model = ScriptedModel(numbered_calls)
     async with await agent_for(model, ErrorGuard()).create_session() as session:
         await run_turn(session, "Check every parcel.")
-        stop = await ErrorGuard.last_stop(session.session_id)
+        stop = await stop_of(ErrorGuard, session.session_id)
 
     assert len(carrier.calls) == 2
     assert stop is not None and stop.reason is StopReason.TOO_MANY_ERRORS
     assert stop.message == "I stopped: 2 tool calls failed in a row, the last one track_parcel. Try again later."
 
 
-class SuccessOnlyGuard(StopRepeatedCalls):
+class SuccessOnlyGuard(RepeatGuardHook):
     policy = Policy(max_calls=1, count_failures=False)
 
 
@@ -98,7 +97,7 @@ class BrokenStore(MemoryStore):
         raise ConnectionError("store unreachable")
 
 
-class OpenGuard(StopRepeatedCalls):
+class OpenGuard(RepeatGuardHook):
     policy = Policy(count="per_turn", match="tool", max_calls=1)
     store = BrokenStore()
 
@@ -149,7 +148,7 @@ class FlakyStore(MemoryStore):
         return await super().update(key, change)
 
 
-class ClosedToolGuard(StopRepeatedCalls):
+class ClosedToolGuard(RepeatGuardHook):
     policy = Policy(count="per_turn", match="tool", max_calls=1)
     store = FlakyStore()
     fail_closed = True
@@ -169,10 +168,10 @@ async def test_fail_closed_refuses_the_tool_call_with_a_clear_message(carrier: A
 
 
 def test_each_guard_class_has_its_own_store_unless_it_inherits_one() -> None:
-    class A(StopRepeatedCalls):
+    class A(RepeatGuardHook):
         pass
 
-    class B(StopRepeatedCalls):
+    class B(RepeatGuardHook):
         pass
 
     class C(OpenGuard):
@@ -185,23 +184,39 @@ def test_each_guard_class_has_its_own_store_unless_it_inherits_one() -> None:
 
 
 def test_a_policy_that_is_not_a_policy_is_refused_at_class_creation() -> None:
-    with pytest.raises(TypeError, match=r"policy must be a repeat_hooks\.Policy"):
+    with pytest.raises(TypeError, match=r"policy must be a repeat_hooks\.Policy.*write policy = Policy"):
 
-        class Wrong(StopRepeatedCalls):
+        class Wrong(RepeatGuardHook):
             policy = "max_calls=2"  # type: ignore[assignment]
 
 
-def test_a_time_budget_warns_that_rc11_records_no_latency() -> None:
-    with pytest.warns(UserWarning, match="max_model_seconds never trips"):
+def test_a_time_budget_is_refused_at_class_creation_since_rc11_records_no_latency() -> None:
+    with pytest.raises(GuardSetupError, match=r"max_model_seconds=\.\.\.\) could never trip.*no model latency"):
 
-        class Timed(StopRepeatedCalls):
+        class Timed(RepeatGuardHook):
             policy = Policy(max_model_seconds=30)
+
+
+def test_a_cost_budget_without_prices_is_refused_with_the_spelling_that_feeds_it() -> None:
+    with pytest.raises(GuardSetupError, match=r"class Costly\(RepeatGuardHook\): cost = TokenPrices\(\.\.\.\)"):
+
+        class Costly(RepeatGuardHook):
+            policy = Policy(max_cost_usd=1.0)
+
+
+def test_the_0_1_price_settings_are_refused_with_their_replacement() -> None:
+    with pytest.raises(
+        TypeError, match=r"usd_per_million_input_tokens is no longer a setting: write cost = TokenPrices"
+    ):
+
+        class Priced(RepeatGuardHook):
+            usd_per_million_input_tokens = 2.0
 
 
 def test_the_guard_takes_only_the_hook_points_its_policy_needs() -> None:
     """rc11 adds a loop step per hook point the class overrides: the seed-004 guard needs two."""
 
-    class Lean(StopRepeatedCalls):
+    class Lean(RepeatGuardHook):
         policy = Policy(count="per_turn", match="tool", max_calls=2, max_refusals=3)
 
     class Budgeted(Lean):

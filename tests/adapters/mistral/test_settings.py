@@ -14,8 +14,8 @@ from mistralai.agents import agents
 from mistralai.vibe.harness.core.protocol import HookToolCall, ProvidedToolCall
 from mistralai.vibe.harness.runtime.capabilities import PreToolCallHookInvocation
 from mistralai.vibe_agents.sdk.authoring.contracts import HookContext, HookSession
-from repeat_hooks_mistral import StopRepeatedCalls, guard
-from repeat_hooks_mistral.testing import ScriptedModel, run_turn, tool_messages
+from repeat_hooks_mistral import RepeatGuardHook, state, stop_of
+from repeat_hooks_mistral.testing import ScriptedModel, ToolUse, run_turn, tool_messages
 
 from repeat_hooks import MemoryStore, Policy, StopReason
 
@@ -23,7 +23,7 @@ FR = {"tracking_number": "FR-7731"}
 REFUSED = "Refused: you already called track_parcel 2 times"
 
 
-class ParcelGuard(StopRepeatedCalls):
+class ParcelGuard(RepeatGuardHook):
     policy = Policy(match="tool", max_calls=2, max_refusals=3)
 
 
@@ -32,24 +32,24 @@ class ParcelGuard(StopRepeatedCalls):
 
 def test_a_policy_set_on_a_hook_object_is_refused() -> None:
     hook = ParcelGuard()
-    with pytest.raises(TypeError, match=r"class ParcelGuard\(StopRepeatedCalls\): policy = Policy\(") as caught:
+    with pytest.raises(TypeError, match=r"class ParcelGuard\(RepeatGuardHook\): policy = Policy\(") as caught:
         hook.policy = Policy(max_calls=1)  # type: ignore[misc]
     assert "cannot be set on a hook object" in str(caught.value)
 
 
 def test_a_policy_set_in_init_is_refused_when_the_hook_is_made() -> None:
-    class InitGuard(StopRepeatedCalls):
+    class InitGuard(RepeatGuardHook):
         def __init__(self) -> None:
             super().__init__()
             self.policy = Policy(max_calls=1)  # type: ignore[misc]
 
-    with pytest.raises(TypeError, match=r"class InitGuard\(StopRepeatedCalls\): policy = Policy\(max_calls=1"):
+    with pytest.raises(TypeError, match=r"class InitGuard\(RepeatGuardHook\): policy = Policy\(max_calls=1"):
         InitGuard()
 
 
 def test_fail_closed_set_on_a_hook_object_is_refused() -> None:
     hook = ParcelGuard()
-    with pytest.raises(TypeError, match=r"class ParcelGuard\(StopRepeatedCalls\): fail_closed = True"):
+    with pytest.raises(TypeError, match=r"class ParcelGuard\(RepeatGuardHook\): fail_closed = True"):
         hook.fail_closed = True  # type: ignore[misc]
 
 
@@ -61,7 +61,7 @@ def test_a_policy_passed_to_the_constructor_is_refused() -> None:
 def test_a_policy_field_as_a_class_variable_is_refused() -> None:
     with pytest.raises(TypeError, match=r"OneCall\.max_calls is a Policy setting.*policy = Policy\(max_calls=1\)"):
 
-        class OneCall(StopRepeatedCalls):
+        class OneCall(RepeatGuardHook):
             max_calls = 1
 
 
@@ -74,24 +74,24 @@ def test_a_policy_field_set_on_the_class_later_is_refused() -> None:
 def test_a_misspelt_setting_or_a_policy_under_another_name_is_refused() -> None:
     with pytest.raises(TypeError, match=r"did you mean fail_closed = True"):
 
-        class Typo(StopRepeatedCalls):
+        class Typo(RepeatGuardHook):
             fail_close = True
 
     with pytest.raises(TypeError, match=r"Rules\.rules is a Policy the guard never reads: name it policy ="):
 
-        class Rules(StopRepeatedCalls):
+        class Rules(RepeatGuardHook):
             rules = Policy(max_calls=1)
 
 
 def test_a_setting_of_the_wrong_type_is_refused() -> None:
     with pytest.raises(TypeError, match=r"policy must be a repeat_hooks\.Policy"):
 
-        class Wrong(StopRepeatedCalls):
+        class Wrong(RepeatGuardHook):
             policy = "max_calls=2"  # type: ignore[assignment]
 
     with pytest.raises(TypeError, match=r"fail_closed must be True or False"):
 
-        class Closed(StopRepeatedCalls):
+        class Closed(RepeatGuardHook):
             fail_closed = "yes"  # type: ignore[assignment]
 
     with pytest.raises(TypeError, match=r"store must be a repeat_hooks\.StateStore"):
@@ -101,8 +101,7 @@ def test_a_setting_of_the_wrong_type_is_refused() -> None:
 def test_the_hook_object_may_still_hold_what_the_sdk_gives_it(agent_for: Any) -> None:
     """The checks refuse settings only: the SDK's own ``tools=`` still works, and ``to_workflow()`` builds."""
 
-
-    class ToolsGuard(StopRepeatedCalls):  # its own name: rc11 registers workflow hooks by class name
+    class ToolsGuard(RepeatGuardHook):  # its own name: rc11 registers workflow hooks by class name
         policy = Policy(match="tool", max_calls=2, max_refusals=3)
 
     hook = ToolsGuard(tools=())
@@ -113,7 +112,7 @@ def test_the_hook_object_may_still_hold_what_the_sdk_gives_it(agent_for: Any) ->
 
 
 def test_changing_the_policy_of_a_class_is_refused_with_the_subclass_spelling() -> None:
-    class Quiet(StopRepeatedCalls):
+    class Quiet(RepeatGuardHook):
         policy = Policy(match="tool", max_calls=2)
 
     with pytest.raises(TypeError, match=r"class StrictQuiet\(Quiet\): policy = Policy\(\.\.\.\)"):
@@ -124,7 +123,7 @@ def test_changing_the_policy_of_a_class_is_refused_with_the_subclass_spelling() 
 async def test_a_subclass_with_a_budget_binds_what_its_policy_needs(carrier: Any, agent_for: Any) -> None:
     """The spelling the error gives works: the subclass's model budget trips through the real loop."""
 
-    class Quiet(StopRepeatedCalls):
+    class Quiet(RepeatGuardHook):
         policy = Policy(match="tool", max_calls=9, max_refusals=None)
 
     class Budgeted(Quiet):
@@ -133,7 +132,7 @@ async def test_a_subclass_with_a_budget_binds_what_its_policy_needs(carrier: Any
     model = ScriptedModel.keep_calling("track_parcel", FR)
     async with await agent_for(model, Budgeted()).create_session() as session:
         await run_turn(session, "Keep checking FR-7731.")
-        stop = await Budgeted.last_stop(session.session_id)
+        stop = await stop_of(Budgeted, session.session_id)
 
     assert len(model.requests) == 2
     assert stop is not None and stop.reason is StopReason.MAX_STEPS
@@ -145,7 +144,7 @@ async def test_a_subclass_with_a_budget_binds_what_its_policy_needs(carrier: Any
 SEEN: list[str] = []
 
 
-class CountOnly(StopRepeatedCalls):
+class CountOnly(RepeatGuardHook):
     """No stop rule: this class offers rc11 no pre_llm_call."""
 
     policy = Policy(match="tool", max_calls=2, max_refusals=None)
@@ -171,13 +170,13 @@ class DeeperGuard(LoggedGuard):
 
 @pytest.mark.parametrize("guard_class", [LoggedGuard, DeeperGuard])
 async def test_an_override_calling_super_reaches_the_guard_at_any_depth(
-    guard_class: type[StopRepeatedCalls], carrier: Any, agent_for: Any
+    guard_class: type[RepeatGuardHook], carrier: Any, agent_for: Any
 ) -> None:
     SEEN.clear()
     model = ScriptedModel.keep_calling("track_parcel", FR)
     async with await agent_for(model, guard_class()).create_session() as session:
         result = await run_turn(session, "Keep checking FR-7731.")
-        stop = await guard_class.last_stop(session.session_id)
+        stop = await stop_of(guard_class, session.session_id)
 
     assert len(carrier.calls) == 2
     assert len(model.requests) == 5, "3 refusals, then the override's super() ended the turn"
@@ -199,11 +198,11 @@ def test_which_hook_points_rc11_sees_follows_each_class_policy() -> None:
 # -- 14. state names: module.qualname, and two classes with one name are an error ------------------------
 
 
-def _named(module: str, store: MemoryStore, **namespace: Any) -> type[StopRepeatedCalls]:
+def _named(module: str, store: MemoryStore, **namespace: Any) -> type[RepeatGuardHook]:
     body = {"__module__": module, "__qualname__": "Guard", "policy": Policy(match="tool", max_calls=2)}
     body["store"] = store
     body.update(namespace)
-    return cast(type[StopRepeatedCalls], type(StopRepeatedCalls)("Guard", (StopRepeatedCalls,), body))
+    return cast(type[RepeatGuardHook], type(RepeatGuardHook)("Guard", (RepeatGuardHook,), body))
 
 
 def _context(session_id: str) -> HookContext:
@@ -252,7 +251,7 @@ def test_the_default_state_name_is_module_and_qualname() -> None:
 
 
 def test_the_default_store_keeps_1024_sessions_and_a_class_may_set_its_own() -> None:
-    class Big(StopRepeatedCalls):
+    class Big(RepeatGuardHook):
         store = MemoryStore(max_sessions=100_000)
 
     assert isinstance(ParcelGuard.store, MemoryStore) and ParcelGuard.store.max_sessions == 1024
@@ -262,9 +261,9 @@ def test_the_default_store_keeps_1024_sessions_and_a_class_may_set_its_own() -> 
 async def test_the_default_store_warns_the_first_time_it_forgets_a_session(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(guard, "DEFAULT_MAX_SESSIONS", 2)
+    monkeypatch.setattr(state, "DEFAULT_MAX_SESSIONS", 2)
 
-    class Small(StopRepeatedCalls):
+    class Small(RepeatGuardHook):
         policy = Policy(match="tool", max_calls=1)
 
     hook = Small()
@@ -279,3 +278,51 @@ async def test_the_default_store_warns_the_first_time_it_forgets_a_session(
     assert caplog.text.count("has begun forgetting the least recently used") == 1
     assert "store = MemoryStore(max_sessions=...)" in caplog.text
     assert type(again).__name__ == "PreToolCallHookContinue", "a forgotten session counts from zero"
+
+
+# -- a tool name in the policy that is none of the agent's tools: the first hook call fails the turn ------
+
+
+class TypoGuard(RepeatGuardHook):
+    policy = Policy(limits={"track_parcels": 1})
+
+
+async def test_a_policy_naming_a_tool_the_agent_lacks_fails_the_turn_before_the_model_is_called(
+    carrier: Any, agent_for: Any
+) -> None:
+    model = ScriptedModel.keep_calling("track_parcel", FR)
+    typo = r"limits=\.\.\.\) names 'track_parcels', which is none of TypoGuard's agent's tools; "
+    typo += "did you mean 'track_parcel'"
+    async with await agent_for(model, TypoGuard()).create_session() as session:
+        with pytest.raises(agents.TurnFailedError, match=typo):
+            await run_turn(session, "Where is FR-7731?")
+
+    assert model.requests == [] and carrier.calls == []
+
+
+class OtherGroupsGuard(RepeatGuardHook):
+    """Names an MCP server's tool (``group.tool``): rc11 lists those only at run time, so they are not checked."""
+
+    policy = Policy(match="tool", limits={"track_parcel": 1}, read_only=frozenset({"carrier.track_parcel"}))
+
+
+async def test_tools_of_other_groups_are_not_checked_and_the_agent_s_own_are_found(
+    carrier: Any, agent_for: Any
+) -> None:
+    model = ScriptedModel.keep_calling("track_parcel", FR)
+    async with await agent_for(model, OtherGroupsGuard()).create_session() as session:
+        result, stop = await OtherGroupsGuard.run(session, "Keep checking FR-7731.")
+
+    assert len(carrier.calls) == 1, "limits={'track_parcel': 1} applies"
+    assert stop is not None and result.text == stop.message
+
+
+async def test_the_hook_itself_guards_with_the_default_policy(carrier: Any, agent_for: Any) -> None:
+    """``hooks=[RepeatGuardHook()]``, no subclass: ``Policy()``, the same scan twice, the 3rd call refused."""
+    model = ScriptedModel.replies(*[ToolUse("track_parcel", FR)] * 3, "FR-7731 is in transit.")
+    result, stop = await RepeatGuardHook.run(agent_for(model, RepeatGuardHook()), "Where is FR-7731?")
+
+    assert RepeatGuardHook.policy == Policy()
+    assert len(carrier.calls) == 2
+    assert [m.startswith("Refused") for m in tool_messages(model.requests[-1])] == [False, False, True]
+    assert (result.text, stop) == ("FR-7731 is in transit.", None)

@@ -11,20 +11,19 @@ from typing import Any
 
 from agents import Agent, Runner, RunState, Tool, function_tool
 from agents.run_config import RunConfig, ToolExecutionConfig
-from repeat_hooks_openai_agents import GuardHooks, context_deserializer, context_serializer, guard_agent
+from repeat_hooks_openai_agents import GuardState, context_deserializer, context_serializer, guard_agent
 from repeat_hooks_openai_agents.testing import ScriptedModel, keep_calling, tool_call
-
-from repeat_hooks import StopRepeatedCalls
 
 STOPPED = "I stopped: I kept calling track_parcel, and its result would not change in this turn. Ask me again later."
 ARGS = {"tracking_number": "FR-7731"}
+SEED_004: dict[str, Any] = {"count": "per_turn", "match": "tool", "max_calls": 2, "max_refusals": 3}
 
 # The resuming side, run in a fresh Python process: it knows the agent's shape, nothing else.
 RESUME = textwrap.dedent(
     """
     import asyncio, json, sys
     from agents import Agent, Runner, RunState, function_tool, set_tracing_disabled
-    from repeat_hooks_openai_agents import GuardHooks, context_deserializer, guard_agent
+    from repeat_hooks_openai_agents import context_deserializer, guard_agent
     from repeat_hooks_openai_agents.testing import ScriptedModel, keep_calling
 
     set_tracing_disabled(True)
@@ -44,16 +43,19 @@ RESUME = textwrap.dedent(
 
     async def main():
         model = ScriptedModel(then=keep_calling("track_parcel", {"tracking_number": "FR-7731"}), call_id_prefix="r")
-        agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[track_parcel, notify_customer]))
+        agent = guard_agent(
+            Agent(name="parcel-tracker", model=model, tools=[track_parcel, notify_customer]),
+            count="per_turn", match="tool", max_calls=2, max_refusals=3,
+        )
         saved = json.loads(open(sys.argv[1]).read())
         state = await RunState.from_json(agent, saved, context_deserializer=context_deserializer)
         for item in state.get_interruptions():
             state.approve(item)
-        result = await Runner.run(agent, state, hooks=GuardHooks())
+        result = await Runner.run(agent, state)
         guard = result.context_wrapper.context
         print(json.dumps({
             "reached": reached, "notified": notified, "final": result.final_output, "model_calls": model.calls,
-            "first_request": model.outputs_received(0), "turn": guard.state.turn, "turn_id": guard.state.turn_id,
+            "first_request": model.outputs_received(0), "turn": guard.turn.number, "turn_id": guard.turn.id,
         }))
 
     asyncio.run(main())
@@ -81,13 +83,13 @@ def paused_model() -> ScriptedModel:
     )
 
 
-async def pause(carrier: Any) -> tuple[Any, StopRepeatedCalls]:
+async def pause(carrier: Any) -> tuple[Any, GuardState]:
     agent_tools, _ = tools(carrier)
-    agent = guard_agent(Agent(name="parcel-tracker", model=paused_model(), tools=agent_tools))
-    guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
-    result = await Runner.run(agent, "Keep checking FR-7731", context=guard, hooks=GuardHooks())
+    agent = guard_agent(Agent(name="parcel-tracker", model=paused_model(), tools=agent_tools), **SEED_004)
+    state = GuardState()
+    result = await Runner.run(agent, "Keep checking FR-7731", context=state)
     assert [item.name for item in result.interruptions] == ["notify_customer"]
-    return result, guard
+    return result, state
 
 
 async def test_a_paused_turn_resumed_in_another_process_keeps_its_counts(carrier: Any, tmp_path: Path) -> None:
@@ -108,7 +110,7 @@ async def test_a_paused_turn_resumed_in_another_process_keeps_its_counts(carrier
     assert resumed["first_request"]["c3"] == "notified"
     assert resumed["final"] == STOPPED
     assert resumed["model_calls"] == 3  # 3 refusals, then the turn ended without a 4th call
-    assert resumed["turn"] == 1 and resumed["turn_id"] == guard.state.turn_id
+    assert resumed["turn"] == 1 and resumed["turn_id"] == guard.turn.id
 
 
 async def test_both_the_sdk_default_dump_and_ours_keep_the_counts(carrier: Any) -> None:
@@ -117,9 +119,9 @@ async def test_both_the_sdk_default_dump_and_ours_keep_the_counts(carrier: Any) 
     ours = result.to_state().to_json(context_serializer=context_serializer)["context"]["context"]
 
     # The SDK dumps pydantic contexts with exclude_unset=True; the core's models count every field as set.
-    assert default["state"]["refusals"] == guard.state.refusals
-    assert StopRepeatedCalls.model_validate(default) == guard
-    assert StopRepeatedCalls.model_validate(ours) == guard
+    assert default["turn"]["counts"] == guard.turn.counts and guard.turn.counts
+    assert GuardState.model_validate(default) == guard
+    assert context_deserializer(ours) == guard
 
 
 async def test_resumed_with_fresh_objects_in_process(carrier: Any) -> None:
@@ -128,11 +130,11 @@ async def test_resumed_with_fresh_objects_in_process(carrier: Any) -> None:
 
     fresh_tools, notified = tools(carrier)
     model = ScriptedModel(then=keep_calling("track_parcel", ARGS), call_id_prefix="r")
-    agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=fresh_tools))
+    agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=fresh_tools), **SEED_004)
     state = await RunState.from_json(agent, json.loads(saved), context_deserializer=context_deserializer)
     for item in state.get_interruptions():
         state.approve(item)
-    resumed = await Runner.run(agent, state, hooks=GuardHooks())
+    resumed = await Runner.run(agent, state)
 
     assert notified == ["Still looking"]
     assert carrier.calls == ["FR-7731", "FR-7731"]
@@ -153,16 +155,16 @@ async def test_guardrails_run_before_and_after_approval_count_the_call_once() ->
         [tool_call("send_update", {"text": "hi"}, "u1")], [tool_call("send_update", {"text": "hi"}, "u2")]
     )
     agent = guard_agent(Agent(name="notifier", model=model, tools=[send_update]))
-    guard = StopRepeatedCalls(max_calls=2)
+    guard = GuardState()
     config = RunConfig(tool_execution=ToolExecutionConfig(pre_approval_tool_input_guardrails=True))
 
-    result = await Runner.run(agent, "Update the customer", context=guard, hooks=GuardHooks(), run_config=config)
+    result = await Runner.run(agent, "Update the customer", context=guard, run_config=config)
     for _ in range(2):  # each call: guardrail before the pause, approval, guardrail again before it runs
         state = result.to_state()
         for item in state.get_interruptions():
             state.approve(item)
-        result = await Runner.run(agent, state, hooks=GuardHooks(), run_config=config)
+        result = await Runner.run(agent, state, run_config=config)
 
     assert sent == ["hi", "hi"]  # 2 allowed: neither call was counted twice
-    assert list(guard.state.counts.values()) == [2]
-    assert guard.state.refusals == 0
+    assert list(guard.turn.counts.values()) == [2]
+    assert guard.turn.refusals == 0

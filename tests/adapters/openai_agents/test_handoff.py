@@ -7,13 +7,12 @@ from typing import Any
 
 import pytest
 from agents import Agent, Runner, RunState, function_tool, handoff
-from repeat_hooks_openai_agents import GuardHooks, context_deserializer, context_serializer, guard_agent
+from repeat_hooks_openai_agents import GuardState, context_deserializer, context_serializer, guard_agent
 from repeat_hooks_openai_agents.testing import ScriptedModel, keep_calling, tool_call
-
-from repeat_hooks import StopRepeatedCalls
 
 STOPPED = "I stopped: I kept calling track_parcel, and its result would not change in this turn. Ask me again later."
 ARGS = {"tracking_number": "FR-7731"}
+SEED_004: dict[str, Any] = {"count": "per_turn", "match": "tool", "max_calls": 2, "max_refusals": 3}
 
 
 @pytest.mark.parametrize("as_handoff_object", [False, True])
@@ -32,10 +31,10 @@ async def test_counting_continues_across_a_handoff_and_the_target_is_guarded(
         tools=[carrier.tool],
         handoffs=[handoff(specialist) if as_handoff_object else specialist],
     )
-    agent = guard_agent(triage)
-    guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
+    agent = guard_agent(triage, **SEED_004)
+    state = GuardState()
 
-    result = await Runner.run(agent, "Keep checking FR-7731", context=guard, hooks=GuardHooks())
+    result = await Runner.run(agent, "Keep checking FR-7731", context=state)
 
     # One call before the handoff and one after reached the carrier: the count did not restart.
     assert carrier.calls == ["FR-7731", "FR-7731"]
@@ -45,8 +44,8 @@ async def test_counting_continues_across_a_handoff_and_the_target_is_guarded(
     assert result.last_agent.name == "specialist"
     assert result.final_output == STOPPED
     assert triage_model.calls == 2 and specialist_model.calls == 4
-    assert guard.state.turn == 1
-    assert guard.state.model_calls == 6
+    assert state.turn.number == 1
+    assert state.turn.model_calls == 6
 
 
 async def test_handoffs_back_and_forth_are_guarded_once(carrier: Any) -> None:
@@ -68,13 +67,15 @@ async def test_a_handoff_keeps_the_turn_even_when_the_model_reports_no_usage(car
     triage_model = ScriptedModel(
         [tool_call("track_parcel", ARGS, "t1")], [tool_call("transfer_to_specialist", {}, "t2")], reports_usage=False
     )
-    agent = guard_agent(Agent(name="triage", model=triage_model, tools=[carrier.tool], handoffs=[specialist]))
-    guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
+    agent = guard_agent(
+        Agent(name="triage", model=triage_model, tools=[carrier.tool], handoffs=[specialist]), **SEED_004
+    )
+    state = GuardState()
 
-    await Runner.run(agent, "Keep checking FR-7731", context=guard, hooks=GuardHooks())
+    await Runner.run(agent, "Keep checking FR-7731", context=state)
 
     assert carrier.calls == ["FR-7731", "FR-7731"]
-    assert guard.state.turn == 1
+    assert state.turn.number == 1
 
 
 async def test_a_turn_paused_after_a_handoff_resumes_on_the_guarded_target(carrier: Any) -> None:
@@ -95,11 +96,10 @@ async def test_a_turn_paused_after_a_handoff_resumes_on_the_guarded_target(carri
             [tool_call("track_parcel", ARGS, "t1")], [tool_call("transfer_to_specialist", {}, "t2")]
         )
         triage = Agent(name="triage", model=triage_model, tools=[carrier.tool], handoffs=[handoff(specialist)])
-        return guard_agent(triage), specialist_model
+        return guard_agent(triage, **SEED_004), specialist_model
 
     agent, _ = build()
-    guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
-    paused = await Runner.run(agent, "Track, then refund", context=guard, hooks=GuardHooks())
+    paused = await Runner.run(agent, "Track, then refund", context=GuardState())
     assert paused.last_agent.name == "specialist" and paused.interruptions
     saved = json.dumps(paused.to_state().to_json(context_serializer=context_serializer))
 
@@ -108,7 +108,7 @@ async def test_a_turn_paused_after_a_handoff_resumes_on_the_guarded_target(carri
     state = await RunState.from_json(fresh_agent, json.loads(saved), context_deserializer=context_deserializer)
     for item in state.get_interruptions():
         state.approve(item)
-    resumed = await Runner.run(fresh_agent, state, hooks=GuardHooks())
+    resumed = await Runner.run(fresh_agent, state)
 
     assert resumed.last_agent.name == "specialist"
     assert carrier.calls == ["FR-7731", "FR-7731"]  # the resumed specialist was refused at once

@@ -1,106 +1,169 @@
-"""Mistakes fail loudly at the first model or tool call, with the right spelling in the message (issue 12, 5-9).
+"""Mistakes fail loudly, with the right spelling in the message: at ``guard_agent`` when it can see them, else at
+the first model or tool call that meets them (issues 12 and 15).
 
-Each test has the mistake in it and runs the real Runner: no hooks, one guard shared by two
-concurrent runs, an agent not built with guard_agent, a budget nothing feeds, a RunState restored
-with the SDK's default context handling.
+Each test has the mistake in it and, past construction, runs the real Runner: settings given wrongly, a budget
+nothing feeds, a tool name that matches no tool, one conversation's state shared by two concurrent runs, agent
+hooks replaced after guarding, a 0.1-style context, a RunState restored with the SDK's default context handling.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import sys
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
 from agents import Agent, AgentHooks, Runner, RunState, function_tool
+from agents.mcp import MCPServerStdio
 from repeat_hooks_openai_agents import (
-    GuardHooks,
     GuardSetupError,
+    GuardState,
     MissingGuard,
+    Policy,
+    TokenPrices,
     context_deserializer,
     context_serializer,
     guard_agent,
-    token_prices,
 )
 from repeat_hooks_openai_agents.testing import ScriptedModel, keep_calling, message, tool_call
 
+import repeat_hooks
 from repeat_hooks import StopRepeatedCalls
 
 ARGS = {"tracking_number": "FR-7731"}
 STOPPED = "I stopped: I kept calling track_parcel, and its result would not change in this turn. Ask me again later."
-
-
-def seed_004() -> StopRepeatedCalls:
-    return StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)
+SEED_004: dict[str, Any] = {"count": "per_turn", "match": "tool", "max_calls": 2, "max_refusals": 3}
 
 
 def guarded(model: ScriptedModel, carrier: Any, **settings: Any) -> Agent[Any]:
-    return guard_agent(Agent(name="parcel-tracker", model=model, tools=[carrier.tool], **settings))
+    return guard_agent(Agent(name="parcel-tracker", model=model, tools=[carrier.tool]), **(settings or SEED_004))
 
 
-# -- 5. forgetting hooks=GuardHooks() ----------------------------------------------------------------
+# -- settings given wrongly ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("streamed", [False, True])
-async def test_a_run_without_guard_hooks_raises_before_the_model_is_called(carrier: Any, streamed: bool) -> None:
+def test_settings_are_a_policy_or_keywords(carrier: Any) -> None:
+    agent = Agent(name="parcel-tracker", tools=[carrier.tool])
+
+    with pytest.raises(TypeError, match=r"not a StopRepeatedCalls"):
+        guard_agent(agent, StopRepeatedCalls(policy=Policy(max_calls=2)))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"unknown setting 'max_call' \(did you mean max_calls\?\)"):
+        guard_agent(agent, max_call=2)
+    with pytest.raises(TypeError, match=r"not both"):
+        guard_agent(agent, Policy(), max_calls=2)
+
+    assert guard_agent(agent).hooks.policy == Policy()  # type: ignore[union-attr]
+    assert guard_agent(agent, Policy(max_calls=4)).hooks.policy.max_calls == 4  # type: ignore[union-attr]
+
+
+# -- a budget nothing feeds ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"max_model_seconds": 30.0, "clock": None}, r"max_model_seconds=.*clock=time.monotonic"),
+        ({"max_cost_usd": 0.5}, r"max_cost_usd=.*cost=TokenPrices\("),
+    ],
+)
+def test_a_budget_without_what_feeds_it_is_refused_at_construction(
+    carrier: Any, settings: dict[str, Any], expected: str
+) -> None:
+    with pytest.raises(GuardSetupError, match=expected) as caught:
+        guard_agent(Agent(name="parcel-tracker", tools=[carrier.tool]), **settings)
+    assert isinstance(caught.value, repeat_hooks.GuardSetupError)  # the core's, and the SDK's UserError
+
+
+async def test_the_same_budgets_with_their_feeds_run(carrier: Any) -> None:
+    ticks = itertools.count(step=1.0)
+    model = ScriptedModel([tool_call("track_parcel", ARGS, "c1")], [message("In Lyon.")])
+    agent = guarded(
+        model,
+        carrier,
+        max_model_seconds=30.0,
+        max_cost_usd=0.5,
+        clock=lambda: float(next(ticks)),
+        cost=TokenPrices(2.0, 8.0),
+    )
+    state = GuardState()
+
+    result = await Runner.run(agent, "Where?", context=state)
+
+    assert result.final_output == "In Lyon."
+    assert state.turn.model_seconds == 2.0 and state.turn.cost_usd > 0
+
+
+async def test_a_cost_budget_with_a_model_that_reports_no_usage_is_refused_at_its_first_response(
+    carrier: Any,
+) -> None:
+    model = ScriptedModel(then=keep_calling("track_parcel", ARGS), reports_usage=False)  # some providers do this
+    agent = guarded(model, carrier, max_cost_usd=0.5, cost=TokenPrices(2, 8))
+
+    with pytest.raises(GuardSetupError, match=r"max_cost_usd=0.5 can never trip.*reported no token usage"):
+        await Runner.run(agent, "Track", context=GuardState())
+    assert model.calls == 1 and carrier.calls == []  # its tool call never ran
+
+
+# -- a tool name that matches no tool ---------------------------------------------------------------------------
+
+
+async def test_a_tool_name_in_the_policy_that_matches_no_tool_fails_at_the_first_model_call(carrier: Any) -> None:
     model = ScriptedModel(then=keep_calling("track_parcel", ARGS))
-    agent = guarded(model, carrier)
-    guard = seed_004()
-    first = await Runner.run(agent, "Keep checking FR-7731", context=guard, hooks=GuardHooks())
-    assert first.final_output == STOPPED
+    agent = guarded(model, carrier, limits={"track_parcels": 1})  # the mistake: a typo
 
-    # The mistake: an unrelated question, same guard, no hooks. Before the fix it ended at once with the
-    # first run's stop, and a log line was printed once per process.
-    with pytest.raises(GuardSetupError, match=r"without GuardHooks.*hooks=GuardHooks\(\)"):
-        if streamed:
-            run = Runner.run_streamed(agent, "What is your name?", context=guard)
-            async for _ in run.stream_events():
-                pass
-        else:
-            await Runner.run(agent, "What is your name?", context=guard)
-
-    assert model.calls == 5  # the second run never reached the model
-    assert carrier.calls == ["FR-7731"] * 2
-
-
-async def test_the_first_run_without_guard_hooks_raises_too(carrier: Any) -> None:
-    model = ScriptedModel(then=keep_calling("track_parcel", ARGS))
-
-    with pytest.raises(GuardSetupError, match="without GuardHooks"):
-        await Runner.run(guarded(model, carrier), "Keep checking FR-7731", context=seed_004())
-
+    with pytest.raises(GuardSetupError, match=r"limits=.*'track_parcels'.*did you mean 'track_parcel'"):
+        await Runner.run(agent, "Track", context=GuardState())
     assert model.calls == 0 and carrier.calls == []
 
 
-async def test_your_agent_hooks_still_fire_and_replacing_them_still_fails_at_the_first_tool_call(
-    carrier: Any,
-) -> None:
-    seen: list[str] = []
+SERVER = textwrap.dedent(
+    """
+    from mcp.server.fastmcp import FastMCP
 
-    class Mine(AgentHooks[Any]):
-        async def on_llm_start(self, context: Any, agent: Any, system_prompt: Any, input_items: Any) -> None:
-            seen.append("llm_start")
+    server = FastMCP("carrier")
 
-        async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
-            seen.append(f"tool_end {result}")
+    @server.tool()
+    def list_hubs() -> str:
+        "The carrier's hubs."
+        return "Lyon, Paris"
 
-    model = ScriptedModel([tool_call("track_parcel", ARGS, "c1")], [message("In Lyon.")])
-    agent = guarded(model, carrier, hooks=Mine())
-    result = await Runner.run(agent, "Where is FR-7731?", context=seed_004(), hooks=GuardHooks())
-    assert result.final_output == "In Lyon."
-    assert seen == ["llm_start", "tool_end FR-7731: in transit, hub Lyon", "llm_start"]
-
-    # Agent hooks replaced after guarding, and no GuardHooks: the tool guardrail catches it before the tool runs.
-    bare = agent.clone(hooks=None, model=ScriptedModel(then=keep_calling("track_parcel", ARGS)))
-    with pytest.raises(GuardSetupError, match="without GuardHooks"):
-        await Runner.run(bare, "Keep checking", context=seed_004())
-    assert carrier.calls == ["FR-7731"]
+    server.run("stdio")
+    """
+)
 
 
-# -- 6. one guard, two concurrent runs ---------------------------------------------------------------
+async def test_a_tool_name_of_a_handoff_target_or_an_mcp_server_is_known(carrier: Any, tmp_path: Path) -> None:
+    script = tmp_path / "hubs_server.py"
+    script.write_text(SERVER)
+    server = MCPServerStdio(
+        params={"command": sys.executable, "args": [str(script)]}, client_session_timeout_seconds=20
+    )
+
+    @function_tool
+    def refund(order: str) -> str:
+        """Refund an order."""
+        return "refunded"
+
+    async with server:
+        model = ScriptedModel([tool_call("list_hubs", {}, "h1")], [message("Lyon and Paris.")])
+        specialist = Agent(name="specialist", tools=[refund])
+        agent = guard_agent(
+            Agent(name="desk", model=model, tools=[carrier.tool], mcp_servers=[server], handoffs=[specialist]),
+            read_only={"list_hubs"},
+            limits={"refund": 1},
+        )
+        result = await Runner.run(agent, "Which hubs?", context=GuardState())
+
+    assert result.final_output == "Lyon and Paris."
 
 
-async def test_one_guard_shared_by_two_concurrent_runs_fails_one_of_them() -> None:
+# -- one state, two concurrent runs ---------------------------------------------------------------------------
+
+
+async def test_one_state_shared_by_two_concurrent_runs_fails_one_of_them() -> None:
     reached: list[str] = []
 
     @function_tool
@@ -112,115 +175,84 @@ async def test_one_guard_shared_by_two_concurrent_runs_fails_one_of_them() -> No
 
     def agent_for(parcel: str) -> Agent[Any]:
         model = ScriptedModel(then=keep_calling("track_parcel", {"tracking_number": parcel}))
-        return guard_agent(Agent(name="parcel-tracker", model=model, tools=[track_parcel]))
+        return guard_agent(Agent(name="parcel-tracker", model=model, tools=[track_parcel]), **SEED_004)
 
-    guard = seed_004()  # the mistake: a double-sent message runs twice on one conversation's guard
+    state = GuardState()  # the mistake: a double-sent message runs twice on one conversation's state
     outcomes = await asyncio.gather(
-        Runner.run(agent_for("A"), "Keep checking A", context=guard, hooks=GuardHooks()),
-        Runner.run(agent_for("B"), "Keep checking B", context=guard, hooks=GuardHooks()),
+        Runner.run(agent_for("A"), "Keep checking A", context=state),
+        Runner.run(agent_for("B"), "Keep checking B", context=state),
         return_exceptions=True,
     )
 
     errors = [o for o in outcomes if isinstance(o, BaseException)]
     finished = [o for o in outcomes if not isinstance(o, BaseException)]
     assert len(errors) == 1 and isinstance(errors[0], GuardSetupError)
-    assert "one guard per conversation" in str(errors[0])
-    # The run that kept the guard kept exact counts: 2 calls reached the tool, 3 refusals, then the stop.
+    assert "one GuardState per conversation" in str(errors[0])
+    # The run that kept the state kept exact counts: 2 calls reached the tool, 3 refusals, then the stop.
     (survivor,) = finished
     assert survivor.final_output == STOPPED
     parcel = "A" if outcomes[0] is survivor else "B"
     assert reached.count(parcel) == 2
-    assert guard.state.refusals == 3
-    assert guard.state.turn == 2  # before the fix the runs reset each other's turn dozens of times
+    assert state.turn.refusals == 3
+    assert state.turn.number == 2
 
 
-async def test_sequential_runs_on_one_guard_are_fine(carrier: Any) -> None:
+async def test_sequential_runs_on_one_state_are_fine(carrier: Any) -> None:
     model = ScriptedModel(then=keep_calling("track_parcel", ARGS))
     agent = guarded(model, carrier)
-    guard = seed_004()
+    state = GuardState()
 
     for _ in range(3):
-        result = await Runner.run(agent, "Keep checking", context=guard, hooks=GuardHooks())
+        result = await Runner.run(agent, "Keep checking", context=state)
         assert result.final_output == STOPPED
 
-    assert guard.state.turn == 3 and carrier.calls == ["FR-7731"] * 6
+    assert state.turn.number == 3 and carrier.calls == ["FR-7731"] * 6
 
 
-# -- 7. GuardHooks and a guard, but the agent is not guarded --------------------------------------------
+# -- agent hooks replaced after guarding, a guarded tool in an unguarded agent ------------------------------------
 
 
-async def test_an_agent_not_built_with_guard_agent_is_refused_at_the_first_model_call(carrier: Any) -> None:
-    model = ScriptedModel(then=keep_calling("track_parcel", ARGS))
-    plain = Agent(name="parcel-tracker", model=model, tools=[carrier.tool])  # the mistake: no guard_agent
+async def test_your_agent_hooks_still_fire_and_replacing_them_fails_at_the_first_tool_call(carrier: Any) -> None:
+    seen: list[str] = []
 
-    with pytest.raises(GuardSetupError, match=r"'parcel-tracker'.*not built with guard_agent.*guard_agent\(Agent"):
-        await Runner.run(plain, "Keep checking FR-7731", context=seed_004(), hooks=GuardHooks())
+    class Mine(AgentHooks[Any]):
+        async def on_llm_start(self, context: Any, agent: Any, system_prompt: Any, input_items: Any) -> None:
+            seen.append("llm_start")
 
-    assert model.calls == 0 and carrier.calls == []
+        async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+            seen.append(f"tool_end {result}")
 
-
-async def test_an_unguarded_agent_used_as_a_tool_with_guard_hooks_is_refused(carrier: Any) -> None:
-    inner_model = ScriptedModel(then=keep_calling("track_parcel", ARGS))
-    inner = Agent(name="lookup", model=inner_model, tools=[carrier.tool])  # the mistake: not guarded
-    outer_model = ScriptedModel([tool_call("ask_lookup", {"input": "Find FR-7731"}, "o1")], [message("never")])
-    outer = guard_agent(
-        Agent(
-            name="desk",
-            model=outer_model,
-            tools=[inner.as_tool(tool_name="ask_lookup", tool_description="Ask.", hooks=GuardHooks())],
-        )
-    )
-
-    with pytest.raises(GuardSetupError, match=r"'lookup'.*guard_agent"):
-        await Runner.run(outer, "Where is FR-7731?", context=seed_004(), hooks=GuardHooks())
-    assert inner_model.calls == 0 and carrier.calls == []
-
-
-# -- 8. a budget nothing feeds --------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("settings", "expected"),
-    [
-        ({"max_model_seconds": 30.0}, r"max_model_seconds=30 can never trip.*GuardHooks\(clock=time.monotonic\)"),
-        ({"max_cost_usd": 0.5}, r"max_cost_usd=0.5 can never trip.*GuardHooks\(cost=token_prices\("),
-    ],
-)
-async def test_a_budget_without_what_feeds_it_is_refused_at_the_first_model_call(
-    carrier: Any, settings: dict[str, Any], expected: str
-) -> None:
-    model = ScriptedModel(then=keep_calling("track_parcel", ARGS))
-    guard = StopRepeatedCalls(**settings)
-
-    with pytest.raises(GuardSetupError, match=expected):
-        await Runner.run(guarded(model, carrier), "Track", context=guard, hooks=GuardHooks())  # no clock, no cost
-    assert model.calls == 0
-
-
-async def test_a_cost_budget_with_a_model_that_reports_no_usage_is_refused_at_its_first_response(
-    carrier: Any,
-) -> None:
-    model = ScriptedModel(then=keep_calling("track_parcel", ARGS), reports_usage=False)  # some providers do this
-    guard = StopRepeatedCalls(max_cost_usd=0.5)
-
-    with pytest.raises(GuardSetupError, match=r"max_cost_usd=0.5 can never trip.*reported no token usage"):
-        await Runner.run(guarded(model, carrier), "Track", context=guard, hooks=GuardHooks(cost=token_prices(2, 8)))
-    assert model.calls == 1 and carrier.calls == []  # its tool call never ran
-
-
-async def test_the_same_budgets_with_their_feeds_run(carrier: Any) -> None:
-    ticks = itertools.count(step=1.0)
     model = ScriptedModel([tool_call("track_parcel", ARGS, "c1")], [message("In Lyon.")])
-    guard = StopRepeatedCalls(max_model_seconds=30.0, max_cost_usd=0.5)
-    hooks = GuardHooks(clock=lambda: float(next(ticks)), cost=token_prices(2.0, 8.0))
-
-    result = await Runner.run(guarded(model, carrier), "Where?", context=guard, hooks=hooks)
-
+    agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[carrier.tool], hooks=Mine()))
+    result = await Runner.run(agent, "Where is FR-7731?", context=GuardState())
     assert result.final_output == "In Lyon."
-    assert guard.state.model_seconds == 2.0 and guard.state.cost_usd > 0
+    assert seen == ["llm_start", "tool_end FR-7731: in transit, hub Lyon", "llm_start"]
+
+    # The mistake: the guard's hooks replaced after guarding. The tool guardrail catches it before the tool runs.
+    bare = agent.clone(hooks=Mine(), model=ScriptedModel(then=keep_calling("track_parcel", ARGS)))
+    with pytest.raises(GuardSetupError, match=r"never started a turn.*guard_agent\(Agent\(\.\.\., hooks=yours\)\)"):
+        await Runner.run(bare, "Keep checking", context=GuardState())
+    assert carrier.calls == ["FR-7731"]
 
 
-# -- 9. RunState.from_json without context_deserializer -----------------------------------------------
+async def test_a_guarded_tool_moved_into_an_unguarded_agent_fails_before_it_runs(carrier: Any) -> None:
+    guarded_tool = guard_agent(Agent(name="parcel-tracker", tools=[carrier.tool])).tools[0]
+    plain = Agent(name="other", model=ScriptedModel(then=keep_calling("track_parcel", ARGS)), tools=[guarded_tool])
+
+    with pytest.raises(GuardSetupError, match="never started a turn"):
+        await Runner.run(plain, "Keep checking", context=GuardState())
+    assert carrier.calls == []
+
+
+# -- the context: 0.1's guard, a RunState restored without context_deserializer ---------------------------------
+
+
+async def test_a_context_holding_a_0_1_guard_says_where_the_settings_go_now(carrier: Any) -> None:
+    model = ScriptedModel(then=keep_calling("track_parcel", ARGS))
+
+    with pytest.raises(MissingGuard, match=r"StopRepeatedCalls \(repeat-hooks 0.1\).*context=GuardState\(\)"):
+        await Runner.run(guarded(model, carrier), "Track", context=StopRepeatedCalls(policy=Policy(max_calls=2)))
+    assert model.calls == 0
 
 
 async def test_a_state_restored_without_context_deserializer_says_to_pass_it(carrier: Any) -> None:
@@ -234,18 +266,18 @@ async def test_a_state_restored_without_context_deserializer_says_to_pass_it(car
 
     model = ScriptedModel([tool_call("notify_customer", {"text": "Still looking"}, "c1")], [message("Done.")])
     agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[carrier.tool, notify_customer]))
-    paused = await Runner.run(agent, "Tell them", context=seed_004(), hooks=GuardHooks())
+    paused = await Runner.run(agent, "Tell them", context=GuardState())
     saved = paused.to_state().to_json(context_serializer=context_serializer)
 
     state = await RunState.from_json(agent, saved)  # the mistake: the SDK's default leaves the context a dict
     for item in state.get_interruptions():
         state.approve(item)
     with pytest.raises(MissingGuard, match=r"context_deserializer=context_deserializer"):
-        await Runner.run(agent, state, hooks=GuardHooks())
+        await Runner.run(agent, state)
     assert notified == []  # the approved call did not run unguarded
 
     state = await RunState.from_json(agent, saved, context_deserializer=context_deserializer)
     for item in state.get_interruptions():
         state.approve(item)
-    resumed = await Runner.run(agent, state, hooks=GuardHooks())
+    resumed = await Runner.run(agent, state)
     assert notified == ["Still looking"] and resumed.final_output == "Done."

@@ -7,12 +7,11 @@ from typing import Any
 
 import pytest
 from agents import Agent, Runner, function_tool
-from repeat_hooks_openai_agents import GuardHooks, guard_agent
+from repeat_hooks_openai_agents import GuardState, MissingGuard, guard_agent
 from repeat_hooks_openai_agents.testing import ScriptedModel, keep_calling, tool_call
 
-from repeat_hooks import StopRepeatedCalls
-
 STOPPED = "I stopped: I kept calling track_parcel, and its result would not change in this turn. Ask me again later."
+SEED_004: dict[str, Any] = {"count": "per_turn", "match": "tool", "max_calls": 2, "max_refusals": 3}
 
 
 def refused_ids(model: ScriptedModel) -> list[str]:
@@ -38,15 +37,15 @@ async def test_parallel_calls_are_counted_exactly_and_later_siblings_are_refused
         return [tool_call("track_parcel", {"tracking_number": f"FR-{k}"}, model.new_call_id()) for k in (1, 2, 3)]
 
     model = ScriptedModel(then=three_at_once)
-    agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[track_parcel]))
-    guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
+    agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[track_parcel]), **SEED_004)
+    state = GuardState()
 
     if streamed:
-        result: Any = Runner.run_streamed(agent, "Track FR-1..3", context=guard, hooks=GuardHooks())
+        result: Any = Runner.run_streamed(agent, "Track FR-1..3", context=state)
         async for _ in result.stream_events():
             pass
     else:
-        result = await Runner.run(agent, "Track FR-1..3", context=guard, hooks=GuardHooks())
+        result = await Runner.run(agent, "Track FR-1..3", context=state)
 
     # Response 1: the first two listed run, the third is refused. Responses 2 and 3: all three refused.
     # Refusals count once per model response, so the turn ends before the 4th model call, once the
@@ -54,7 +53,7 @@ async def test_parallel_calls_are_counted_exactly_and_later_siblings_are_refused
     assert sorted(reached) == ["FR-1", "FR-2"]
     assert refused_ids(model) == ["call_3", "call_4", "call_5", "call_6"]  # call_7..9: no model call saw them
     assert model.calls == 3
-    assert guard.state.refusals == 7 and guard.state.refused_responses == 3
+    assert state.turn.refusals == 7 and state.turn.refused_responses == 3
     assert result.final_output == STOPPED
 
 
@@ -71,9 +70,8 @@ async def test_refused_sibling_is_the_same_on_every_run() -> None:
             await asyncio.sleep(0.001 * (4 - ord(tracking_number[0]) + ord("A")))
             return "in transit"
 
-        agent = guard_agent(Agent(name="p", model=model, tools=[track_parcel]))
-        guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2)
-        await Runner.run(agent, "Track A..D", context=guard, hooks=GuardHooks())
+        agent = guard_agent(Agent(name="p", model=model, tools=[track_parcel]), count="per_turn", match="tool")
+        await Runner.run(agent, "Track A..D", context=GuardState())
         received = model.outputs_received(1)
         refused.add(tuple(sorted(cid for cid, text in received.items() if text.startswith("Refused"))))
     assert refused == {("cC", "cD")}
@@ -91,52 +89,55 @@ async def test_one_guarded_agent_serves_concurrent_runs_with_their_own_counts() 
 
     # One shared agent and model; each run keeps calling its own parcel.
     model = ScriptedModel(then=keep_calling("track_parcel", {"tracking_number": "X"}))
-    agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[track_parcel]))
-    guards = [StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3) for _ in range(8)]
+    agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[track_parcel]), **SEED_004)
+    states = [GuardState() for _ in range(8)]
 
     results = await asyncio.gather(
-        *(Runner.run(agent, f"Keep checking parcel {i}", context=g, hooks=GuardHooks()) for i, g in enumerate(guards))
+        *(Runner.run(agent, f"Keep checking parcel {i}", context=state) for i, state in enumerate(states))
     )
 
     assert [r.final_output for r in results] == [STOPPED] * 8
     assert len(reached) == 2 * 8  # each run reached the carrier exactly twice
-    assert [g.state.refusals for g in guards] == [3] * 8
-    assert [g.state.model_calls for g in guards] == [5] * 8
+    assert [state.turn.refusals for state in states] == [3] * 8
+    assert [state.turn.model_calls for state in states] == [5] * 8
     assert model.calls == 5 * 8
 
 
-async def test_a_run_without_a_guard_in_its_context_fails_loudly(carrier: Any) -> None:
+async def test_a_run_without_a_state_in_its_context_fails_loudly(carrier: Any) -> None:
     model = ScriptedModel(then=keep_calling("track_parcel", {"tracking_number": "X"}))
     agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[carrier.tool]))
 
-    with pytest.raises(TypeError, match="needs a StopRepeatedCalls in its run context"):
-        await Runner.run(agent, "Keep checking", context={"user": "u1"}, hooks=GuardHooks())
-    assert carrier.calls == []
+    for context in ({"user": "u1"}, None):
+        with pytest.raises(MissingGuard, match=r"context=GuardState\(\)"):
+            await Runner.run(agent, "Keep checking", context=context)
+    assert carrier.calls == [] and model.calls == 0
 
 
-async def test_the_guard_may_sit_in_your_own_context(carrier: Any) -> None:
+async def test_the_state_may_sit_in_your_own_context(carrier: Any) -> None:
     class AppContext:
         def __init__(self) -> None:
             self.user_id = "u1"
-            self.repeat_guard = StopRepeatedCalls(count="per_turn", match="tool", max_calls=2, max_refusals=3)
+            self.repeat_guard = GuardState()
 
     model = ScriptedModel(then=keep_calling("track_parcel", {"tracking_number": "X"}))
-    agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[carrier.tool]))
+    agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[carrier.tool]), **SEED_004)
     context = AppContext()
 
-    result = await Runner.run(agent, "Keep checking", context=context, hooks=GuardHooks())
+    result = await Runner.run(agent, "Keep checking", context=context)
 
     assert result.final_output == STOPPED
     assert carrier.calls == ["X", "X"]
-    assert context.repeat_guard.state.refusals == 3
+    assert context.repeat_guard.turn.refusals == 3
 
 
 def test_guarding_leaves_the_original_agent_and_tools_untouched(carrier: Any) -> None:
     original = Agent(name="parcel-tracker", tools=[carrier.tool])
     guarded = guard_agent(original)
-    twice = guard_agent(guarded)
+    twice = guard_agent(guarded, max_calls=3)
 
     assert original.tools == [carrier.tool] and carrier.tool.tool_input_guardrails is None
     assert original.tool_use_behavior == "run_llm_again"
     assert guarded is not original and guarded.tools[0] is not carrier.tool
     assert [g.get_name() for g in twice.tools[0].tool_input_guardrails or []] == ["repeat_hooks"]  # type: ignore[union-attr]
+    assert twice.hooks is not guarded.hooks and twice.hooks.policy.max_calls == 3  # type: ignore[union-attr]
+    assert twice.tool_use_behavior.original == "run_llm_again"  # type: ignore[union-attr]

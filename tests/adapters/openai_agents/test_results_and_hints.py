@@ -1,13 +1,14 @@
-"""What the core is told about each call (issue 9): the tool's result, and MCP's ``readOnlyHint``.
+"""What the core is told about each call (issue 9): the tool's result, and MCP's explicit annotations.
 
-The guard here is a ``StopRepeatedCalls`` that also writes down what the adapter passed to its
-``pre_tool_call`` / ``post_tool_call``: the SDK's loop, guardrails and MCP client are the real ones.
+The policy here is a ``Policy`` that also writes down what the adapter passed to its ``decide_tool_calls`` /
+``record_tool_result``: the SDK's loop, guardrails and MCP client are the real ones.
 """
 
 from __future__ import annotations
 
 import sys
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,33 +16,36 @@ import pytest
 from agents import Agent, Runner, function_tool
 from agents.mcp import MCPServerStdio
 from pydantic import PrivateAttr
-from repeat_hooks_openai_agents import GuardHooks, guard_agent
+from repeat_hooks_openai_agents import GuardState, Policy, guard_agent
 from repeat_hooks_openai_agents.testing import ScriptedModel, message, tool_call
 
-from repeat_hooks import Refusal, StopRepeatedCalls, ToolCall
+from repeat_hooks import Refusal, ToolCall
 
 
-class Recording(StopRepeatedCalls):
-    """A guard that also keeps what the adapter told it about each call."""
+class Recording(Policy):
+    """A policy that also keeps what the adapter told it about each call."""
 
     _checked: list[ToolCall] = PrivateAttr(default_factory=list)
     _recorded: list[tuple[ToolCall, bool, Any]] = PrivateAttr(default_factory=list)
 
-    def pre_tool_call(self, call: ToolCall, turn_id: str | None = None) -> Refusal | None:
-        self._checked.append(call)
-        return super().pre_tool_call(call, turn_id)
+    def decide_tool_calls(
+        self, state: GuardState, calls: Sequence[ToolCall], *, turn_id: str | None = None
+    ) -> list[Refusal | None]:
+        self._checked.extend(calls)
+        return super().decide_tool_calls(state, calls, turn_id=turn_id)
 
-    def post_tool_call(
+    def record_tool_result(
         self,
+        state: GuardState,
         call: ToolCall,
+        *,
         ok: bool = True,
+        result: Any = None,
         turn_id: str | None = None,
         delivery_id: str | None = None,
-        *,
-        result: Any = None,
     ) -> None:
         self._recorded.append((call, ok, result))
-        super().post_tool_call(call, ok, turn_id, delivery_id, result=result)
+        super().record_tool_result(state, call, ok=ok, result=result, turn_id=turn_id, delivery_id=delivery_id)
 
 
 async def test_each_result_reaches_the_core_and_function_tools_carry_no_read_only_hint() -> None:
@@ -63,10 +67,11 @@ async def test_each_result_reaches_the_core_and_function_tools_carry_no_read_onl
         [tool_call("track_parcel", {"tracking_number": "FR-7731"}, "c3")],
         [message("It is out for delivery.")],
     )
-    agent = guard_agent(Agent(name="p", model=model, tools=[track_parcel, cancel_parcel]))
     guard = Recording()
+    agent = guard_agent(Agent(name="p", model=model, tools=[track_parcel, cancel_parcel]), guard)
+    state = GuardState()
 
-    result = await Runner.run(agent, "Where is FR-7731?", context=guard, hooks=GuardHooks())
+    result = await Runner.run(agent, "Where is FR-7731?", context=state)
 
     assert result.final_output == "It is out for delivery."
     assert [(c.name, ok, out) for c, ok, out in guard._recorded] == [
@@ -74,9 +79,9 @@ async def test_each_result_reaches_the_core_and_function_tools_carry_no_read_onl
         ("cancel_parcel", False, "An error occurred while running the tool. Please try again."),
         ("track_parcel", True, "FR-7731: out for delivery"),
     ]
-    assert [c.read_only for c in guard._checked] == [None, None, None]
+    assert [(c.read_only, c.destructive, c.idempotent) for c in guard._checked] == [(None, None, None)] * 3
     # The core keeps digests only: no result text in the saved state.
-    assert "out for delivery" not in guard.model_dump_json()
+    assert "out for delivery" not in state.model_dump_json()
 
 
 @pytest.mark.parametrize("changing", [True, False])
@@ -90,10 +95,9 @@ async def test_a_repeat_whose_result_changed_is_progress(changing: bool) -> None
         return f"scan {len(reached)}" if changing else "in transit"
 
     model = ScriptedModel(*[[tool_call("track_parcel", {"tracking_number": "FR-7731"}, f"c{i}")] for i in range(3)])
-    agent = guard_agent(Agent(name="p", model=model, tools=[track_parcel]))
-    guard = StopRepeatedCalls(count="progress", max_calls=2)
+    agent = guard_agent(Agent(name="p", model=model, tools=[track_parcel]), count="progress", max_calls=2)
 
-    await Runner.run(agent, "Track FR-7731", context=guard, hooks=GuardHooks())
+    await Runner.run(agent, "Track FR-7731", context=GuardState())
 
     # A new scan each time: the model is learning something, so the 3rd identical call runs. The same
     # scan each time: the 3rd is refused. Only the tool's result, which the adapter passes on, tells them apart.
@@ -113,7 +117,7 @@ SERVER = textwrap.dedent(
         "Where the parcel is now."
         return f"{tracking_number}: in transit"
 
-    @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True))
     def notify_customer(text: str) -> str:
         "Tell the customer."
         return "notified"
@@ -141,15 +145,19 @@ async def test_mcp_tools_carry_their_read_only_hint_and_results(tmp_path: Path) 
             [tool_call("ping", {}, "m3")],
             [message("Done.")],
         )
-        agent = guard_agent(Agent(name="parcel-tracker", model=model, mcp_servers=[server]))
         guard = Recording()
+        agent = guard_agent(Agent(name="parcel-tracker", model=model, mcp_servers=[server]), guard)
 
-        result = await Runner.run(agent, "Track and tell", context=guard, hooks=GuardHooks())
+        result = await Runner.run(agent, "Track and tell", context=GuardState())
 
     assert result.final_output == "Done."
-    # readOnlyHint as the server declared it; None when it said nothing (the policy's read_only decides).
-    checked = [(c.name, c.read_only) for c in guard._checked]
-    assert checked == [("track_parcel", True), ("notify_customer", False), ("ping", None)]
+    # The annotations as the server declared them; None where it said nothing (the policy's settings decide).
+    checked = [(c.name, c.read_only, c.destructive, c.idempotent) for c in guard._checked]
+    assert checked == [
+        ("track_parcel", True, None, None),
+        ("notify_customer", False, False, True),
+        ("ping", None, None, None),
+    ]
     recorded = [(c.name, c.read_only, ok) for c, ok, _ in guard._recorded]
     assert recorded == [("track_parcel", True, True), ("notify_customer", False, True), ("ping", None, True)]
     assert "FR-7731: in transit" in str(guard._recorded[0][2])
@@ -188,7 +196,7 @@ async def test_a_read_only_mcp_call_in_between_does_not_restart_the_count(tmp_pa
     script.write_text(HUBS_SERVER)
     log.touch()
     server = MCPServerStdio(
-        params={"command": sys.executable, "args": [str(script), str(log), hubs]},  # type: ignore[typeddict-item]
+        params={"command": sys.executable, "args": [str(script), str(log), hubs]},
         client_session_timeout_seconds=20,
     )
     track = {"tracking_number": "FR-7731"}
@@ -200,10 +208,9 @@ async def test_a_read_only_mcp_call_in_between_does_not_restart_the_count(tmp_pa
             [tool_call("track_parcel", track, "h4")],
             [message("Done.")],
         )
-        agent = guard_agent(Agent(name="parcel-tracker", model=model, mcp_servers=[server]))
-        guard = StopRepeatedCalls(count="progress", max_calls=2)
+        agent = guard_agent(Agent(name="parcel-tracker", model=model, mcp_servers=[server]), max_calls=2)
 
-        await Runner.run(agent, "Track FR-7731", context=guard, hooks=GuardHooks())
+        await Runner.run(agent, "Track FR-7731", context=GuardState())
 
     reached = log.read_text().split()
     if hubs == "read-only":
@@ -213,3 +220,46 @@ async def test_a_read_only_mcp_call_in_between_does_not_restart_the_count(tmp_pa
     else:
         # list_hubs may have changed something (the server does not say otherwise): the count restarted.
         assert reached == ["FR-7731"] * 3
+
+
+ORDERS_SERVER = textwrap.dedent(
+    """
+    import sys
+    from mcp.server.fastmcp import FastMCP
+    from mcp.types import ToolAnnotations
+
+    server = FastMCP("shop")
+    placed = []
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False))
+    def place_order(item: str) -> str:
+        "Place an order: a new order number every time."
+        placed.append(item)
+        with open(sys.argv[1], "a") as log:
+            log.write(item + "\\n")
+        return f"order ORD-{len(placed)} placed for {item}"
+
+    server.run("stdio")
+    """
+)
+
+
+async def test_an_mcp_write_annotated_destructive_is_not_sent_twice(tmp_path: Path) -> None:
+    script, log = tmp_path / "shop_server.py", tmp_path / "placed.log"
+    script.write_text(ORDERS_SERVER)
+    log.touch()
+    server = MCPServerStdio(
+        params={"command": sys.executable, "args": [str(script), str(log)]},
+        client_session_timeout_seconds=20,
+    )
+    async with server:
+        model = ScriptedModel(*[[tool_call("place_order", {"item": "box"}, f"o{i}")] for i in range(3)])
+        agent = guard_agent(Agent(name="shop", model=model, mcp_servers=[server]))  # Policy(): nothing named
+
+        await Runner.run(agent, "Order a box", context=GuardState())
+
+    # The server's own annotations say a repeat does it twice: though each receipt is new, the same order
+    # that already succeeded is refused until something else changes.
+    assert log.read_text().split() == ["box"]
+    assert str(model.outputs_received(2)["o1"]).startswith("Refused")
+    assert str(model.outputs_received(3)["o2"]).startswith("Refused")

@@ -24,9 +24,9 @@ def test_the_pydantic_ai_parcel_tracker_example_runs_offline() -> None:
     assert lines[0] == "model: scripted, offline"
     assert lines.count("carrier: tracked FR-7731") == 3
     assert [line for line in lines if line.startswith("loop breaker:")] == [
-        "loop breaker: refused track_parcel (repeated_call)",
-        "loop breaker: refused track_parcel (repeated_call)",
-        "loop breaker: refused track_parcel (repeated_call)",
+        "loop breaker: refused track_parcel (repeat)",
+        "loop breaker: refused track_parcel (repeat)",
+        "loop breaker: refused track_parcel (repeat)",
         "loop breaker: ended the turn (ignored_refusals) after 5 model calls",
     ]
     assert "agent (stopped: ignored_refusals): I stopped: I kept calling track_parcel" in done.stdout

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pai_parcels import Carrier, guarded
 from pydantic_ai import ModelRetry, Tool, ToolFailed
-from repeat_hooks_pydantic_ai import RepeatGuard, stop_of
+from repeat_hooks_pydantic_ai import RepeatGuard, refusals_of, stop_of
 from repeat_hooks_pydantic_ai.testing import steps
 
 from repeat_hooks import Policy, StopReason
@@ -113,3 +113,17 @@ async def test_malformed_arguments_never_reach_the_tool_and_count_as_errors(argu
     assert model.calls == 2
     # pydantic-ai told the model what was wrong with its arguments, as it does without the guard.
     assert "track_parcel" in str(model.requests[1][-1])
+
+
+async def test_a_refused_call_with_malformed_arguments_gets_its_refusal(carrier: Carrier) -> None:
+    """The batch decides a call before pydantic-ai validates it: a refused one reads its refusal, not the
+    validation error again (so the model is never stopped for refusals it did not see)."""
+    script = steps(*[[("track_parcel", '{"parcel": "FR-1"}')]] * 3, "Sorry, I could not call the tool.")
+    agent, model = guarded(script, carrier, Policy(max_calls=2), retries=10)
+    result = await agent.run("Where is FR-1?")
+    assert result.output == "Sorry, I could not call the tool."
+    assert carrier.calls == []
+    assert "parcel_id" in str(model.requests[1][-1]) and "parcel_id" in str(model.requests[2][-1])  # validation errors
+    third = model.tool_returns(3)
+    assert len(third) == 1 and third[0].startswith("Refused: track_parcel failed the same way")
+    assert [tool for tool, _ in refusals_of(result)] == ["track_parcel"]

@@ -12,9 +12,10 @@ from pai_parcels import SEED_004, Carrier, guarded
 from pydantic_ai import Agent, UsageLimits
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import UsageLimitExceeded, UserError
-from repeat_hooks_pydantic_ai import RepeatGuard, stop_of, token_prices
+from repeat_hooks_pydantic_ai import GuardSetupError, RepeatGuard, TokenPrices, stop_of
 from repeat_hooks_pydantic_ai.testing import ScriptedModel, keep_calling, steps
 
+import repeat_hooks
 from repeat_hooks import Policy, StopReason, StopRepeatedCalls
 
 STUCK = keep_calling("track_parcel", {"parcel_id": "FR-7731"})
@@ -70,6 +71,7 @@ async def test_tool_calls_limit_counts_only_calls_that_ran(carrier: Carrier) -> 
 @pytest.mark.parametrize("streamed", [False, True])
 async def test_max_model_calls_ends_a_wandering_run_with_a_message(streamed: bool, carrier: Carrier) -> None:
     agent, model = guarded(wandering(), carrier, Policy(max_model_calls=4))
+    result: Any
     if streamed:  # streamed responses are recorded too
         async with agent.run_stream("Track everything") as result:
             output = await result.get_output()
@@ -97,7 +99,7 @@ async def test_a_step_budget_usage_limits_would_preempt_fails_loudly(carrier: Ca
 
 async def test_cost_budget_uses_each_responses_usage(carrier: Carrier) -> None:
     # 100 input + 20 output tokens per response at $3 / $15 per million: $0.0006 a response.
-    guard = RepeatGuard(Policy(max_cost_usd=0.002), cost=token_prices(3.0, 15.0))
+    guard = RepeatGuard(Policy(max_cost_usd=0.002), cost=TokenPrices(3.0, 15.0))
     agent, model = guarded(wandering(), carrier, guard=guard)
     result = await agent.run("Track everything")
     stop = stop_of(result)
@@ -130,6 +132,18 @@ async def test_time_budget_reads_the_run_clock(carrier: Carrier) -> None:
     assert clock.readings >= 6
 
 
+async def test_time_budget_reads_the_given_clock(carrier: Carrier) -> None:
+    readings = iter(range(0, 1000, 2))  # 2 s pass at every reading
+    guard = RepeatGuard(Policy(max_model_seconds=5), clock=lambda: float(next(readings)))
+    agent, model = guarded(wandering(), carrier, guard=guard)
+    result = await agent.run("Track everything")
+    stop = stop_of(result)
+    assert stop is not None and stop.reason is StopReason.TIME
+    assert model.calls == 3  # 2 s per model call: 6 s > 5 s
+    with pytest.raises(GuardSetupError, match=r"max_model_seconds=\.\.\.\) could never trip.*clock="):
+        RepeatGuard(Policy(max_model_seconds=5), clock=None)
+
+
 # -- misuse -------------------------------------------------------------------------------------------
 
 
@@ -150,19 +164,41 @@ def test_two_guards_on_one_agent_fail_loudly(carrier: Carrier) -> None:
 
 def test_a_stateful_guard_instead_of_a_policy_fails_loudly() -> None:
     with pytest.raises(TypeError, match=r"RepeatGuard\(Policy\(\.\.\.\)\)"):
-        RepeatGuard(StopRepeatedCalls())
+        RepeatGuard(StopRepeatedCalls())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"takes a repeat_hooks\.Policy"):
         RepeatGuard({"max_calls": 2})  # type: ignore[arg-type]
 
 
+def test_the_policy_or_its_settings_as_keywords_or_nothing() -> None:
+    assert RepeatGuard().policy == Policy()
+    assert RepeatGuard(max_calls=3, max_refusals=None).policy == Policy(max_calls=3, max_refusals=None)
+    with pytest.raises(TypeError, match=r"unknown setting 'max_call' \(did you mean max_calls\?\)"):
+        RepeatGuard(max_call=3)
+    with pytest.raises(TypeError, match=r"not both: put max_calls inside Policy"):
+        RepeatGuard(Policy(), max_calls=3)
+
+
 def test_a_cost_budget_without_prices_fails_loudly() -> None:
-    with pytest.raises(ValueError, match=r"cost=token_prices"):
+    with pytest.raises(GuardSetupError, match=r"cost=TokenPrices") as raised:
         RepeatGuard(Policy(max_cost_usd=1.0))
+    assert isinstance(raised.value, repeat_hooks.GuardSetupError) and isinstance(raised.value, UserError)
     with pytest.raises(ValueError, match="are both 0, so max_cost_usd could never trip"):
-        token_prices(0.0, 0.0)
+        TokenPrices(0.0, 0.0)
+
+
+async def test_a_tool_name_in_the_policy_that_matches_no_tool_fails_loudly(carrier: Carrier) -> None:
+    """Checked at the run's first model request, where the agent's tools (MCP ones included) are known."""
+    agent, model = guarded(STUCK, carrier, Policy(exempt=frozenset({"track_parcels"})))
+    with pytest.raises(GuardSetupError, match=r"exempt=\.\.\.\) names 'track_parcels'.*'track_parcel'"):
+        await agent.run("Keep checking")
+    assert model.calls == 0 and carrier.calls == []
+    agent, _ = guarded(STUCK, carrier, Policy(exempt=frozenset({"track_parcel"})))
+    with pytest.raises(UsageLimitExceeded):  # the right name: exempt, never refused
+        await agent.run("Keep checking", usage_limits=UsageLimits(request_limit=3))
+    assert carrier.calls == ["FR-7731"] * 3
 
 
 async def test_hooks_on_the_agents_own_instance_fail_loudly() -> None:
     guard = RepeatGuard(SEED_004)
-    with pytest.raises(UserError, match="for_run"):
+    with pytest.raises(GuardSetupError, match="for_run"):
         await guard.before_model_request(None, None)  # type: ignore[arg-type]

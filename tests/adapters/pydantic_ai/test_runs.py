@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from pai_parcels import SEED_004, Carrier, guarded, status
 from pydantic import BaseModel
-from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, Tool
 from repeat_hooks_pydantic_ai import RepeatGuard, RepeatGuardStopped, refusals_of, stop_of
 from repeat_hooks_pydantic_ai.testing import ScriptedModel, keep_calling, steps
 
@@ -31,6 +31,39 @@ async def test_parallel_identical_calls_exactly_the_excess_is_refused(parallel: 
     assert returns.count(status("FR-7731")) == 2
     refusals = [text for text in returns if text != status("FR-7731")]
     assert len(refusals) == parallel - 2 and all(text.startswith("Refused") for text in refusals)
+
+
+@pytest.mark.parametrize("seconds", [0.0, 0.05])
+async def test_one_response_is_decided_as_one_batch_whatever_the_tools_timing(seconds: float) -> None:
+    """A, B, C, A, A in one response, with instant or slow tools: the 3rd A is refused either way (no
+    result of the batch restarts another call's count, though B and C may change state)."""
+    ran: list[str] = []
+
+    def tool(name: str) -> Tool[None]:
+        async def run(parcel_id: str) -> str:
+            if seconds:  # an instant tool never yields: it ends before the next call of the batch starts
+                await asyncio.sleep(seconds)
+            ran.append(name)
+            return f"{name}: {parcel_id} ok"
+
+        return Tool(run, name=name)
+
+    a, b, c = (
+        ("track_parcel", {"parcel_id": "FR-1"}),
+        ("parcel_history", {"parcel_id": "FR-1"}),
+        ("carrier_status", {"parcel_id": "FR-1"}),
+    )
+    model = ScriptedModel(steps([a, b, c, a, a], "Done."))
+    agent = Agent(
+        model,
+        tools=[tool("track_parcel"), tool("parcel_history"), tool("carrier_status")],
+        capabilities=[RepeatGuard()],
+    )
+    result = await agent.run("Check everything on FR-1")
+    assert result.output == "Done."
+    assert sorted(ran) == ["carrier_status", "parcel_history", "track_parcel", "track_parcel"]
+    assert [tool for tool, _ in refusals_of(result)] == ["track_parcel"]
+    assert sum(text.startswith("Refused") for text in model.tool_returns(1)) == 1
 
 
 async def test_parallel_calls_of_different_parcels_all_run(carrier: Carrier) -> None:
@@ -85,9 +118,7 @@ async def test_structured_output_raises_with_the_stop_and_the_messages(carrier: 
 
 
 async def test_a_union_with_str_gets_the_stop_message_as_output(carrier: Carrier) -> None:
-    agent, _ = guarded(
-        keep_calling("track_parcel", {"parcel_id": "FR-7731"}), carrier, output_type=[Delivery, str]
-    )
+    agent, _ = guarded(keep_calling("track_parcel", {"parcel_id": "FR-7731"}), carrier, output_type=[Delivery, str])
     result = await agent.run("Keep checking FR-7731")
     stop = stop_of(result)
     assert stop is not None

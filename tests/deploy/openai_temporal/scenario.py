@@ -226,4 +226,4 @@ class ConversationReport(BaseModel):
     events: list[GuardEvent]
     """Refusals and stops, as the guard recorded them (with their turn ids)."""
     guard_json: str
-    """The guard at the end, settings and state (``model_dump_json``)."""
+    """The guard's state at the end (``GuardState.model_dump_json``)."""

@@ -2,8 +2,8 @@
 
 Inside a workflow the plugin's runner sends every model call to ``invoke_model_activity`` and the
 ``track_parcel`` tool is an activity (``activity_as_tool``); everything else (the agent loop, the
-guard's tool input guardrail, its ``tool_use_behavior``, its ``RunHooks``, the guard in the run
-context) is workflow code. A worker that takes the workflow over rebuilds that state by replaying
+guard's agent hooks, its tool guardrails and ``tool_use_behavior``, the conversation's ``GuardState`` in
+the run context) is workflow code. A worker that takes the workflow over rebuilds that state by replaying
 the history from the start, so the guard must decide the same from the same history: it is pure
 (no clock, no randomness, no I/O) and its settings come from the workflow input.
 """
@@ -18,10 +18,8 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from agents import Agent, RunConfig, Runner
-    from repeat_hooks_openai_agents import GuardHooks, guard_agent
+    from repeat_hooks_openai_agents import GuardState, Policy, guard_agent
     from temporalio.contrib.openai_agents.workflow import activity_as_tool
-
-    from repeat_hooks import StopRepeatedCalls
 
     from . import scenario
     from .tools import ParcelTools
@@ -34,10 +32,8 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=2)
 worker's heartbeats, every 1 s, still arrive in time)."""
 
 
-async def run_conversation(
-    request: scenario.ConversationRequest, guard: StopRepeatedCalls
-) -> scenario.ConversationReport:
-    """Run the guarded parcel agent for each prompt (one turn each, one guard) and report what the guard did."""
+async def run_conversation(request: scenario.ConversationRequest, policy: Policy) -> scenario.ConversationReport:
+    """Run the guarded parcel agent for each prompt (one turn each, one state) and report what the guard did."""
     track_parcel = activity_as_tool(
         ParcelTools.track_parcel,
         start_to_close_timeout=ACTIVITY_TIMEOUT,
@@ -45,14 +41,18 @@ async def run_conversation(
         retry_policy=RETRY,
     )
     agent = guard_agent(
-        Agent[StopRepeatedCalls](
+        Agent[GuardState](
             name="parcel_tracker",
             instructions="Track the user's parcels with track_parcel and say where they are.",
             model=scenario.MODEL_NAME,
             tools=[track_parcel],
-        )
+        ),
+        policy,
+        # No time budget here, so no clock: with one, use workflow.time (replays the same). Seconds recorded
+        # from it would differ between two executions, and the test compares their states field by field.
+        clock=None,
     )
-    hooks = GuardHooks()
+    state = GuardState()
     history: list[Any] = []
     turns: list[scenario.TurnReport] = []
     for prompt in request.prompts:
@@ -60,8 +60,7 @@ async def run_conversation(
         result = await Runner.run(
             agent,
             turn_input,
-            context=guard,  # the guard lives in the run context: workflow state, rebuilt by replay
-            hooks=hooks,
+            context=state,  # the conversation's counts live in the run context: workflow state, rebuilt by replay
             max_turns=scenario.MAX_SCRIPTED_STEPS + 2,
             run_config=RunConfig(tracing_disabled=True),
         )
@@ -74,13 +73,13 @@ async def run_conversation(
         turns.append(
             scenario.TurnReport(
                 final_output=str(result.final_output),
-                stop=guard.state.stop,
+                stop=state.turn.stop,
                 tool_outputs=outputs,
                 model_calls=len(result.raw_responses),
             )
         )
         history = result.to_input_list()
-    return scenario.ConversationReport(turns=turns, events=list(guard.events), guard_json=guard.model_dump_json())
+    return scenario.ConversationReport(turns=turns, events=list(state.events), guard_json=state.model_dump_json())
 
 
 @workflow.defn(name=scenario.WORKFLOW_NAME)
@@ -89,7 +88,7 @@ class GuardedParcelConversation:
 
     @workflow.run
     async def run(self, request: scenario.ConversationRequest) -> scenario.ConversationReport:
-        return await run_conversation(request, StopRepeatedCalls(**request.policy))
+        return await run_conversation(request, Policy(**request.policy))
 
 
 @workflow.defn(name=scenario.WORKFLOW_NAME)
@@ -105,4 +104,4 @@ class SkewedGuardedParcelConversation:
     async def run(self, request: scenario.ConversationRequest) -> scenario.ConversationReport:
         policy = dict(request.policy)
         policy["max_calls"] = int(policy.get("max_calls", 2)) + 1
-        return await run_conversation(request, StopRepeatedCalls(**policy))
+        return await run_conversation(request, Policy(**policy))

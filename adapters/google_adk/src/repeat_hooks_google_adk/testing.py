@@ -1,10 +1,12 @@
-"""A testing aid: a scripted ``BaseLlm`` that drives the real ADK ``Runner`` offline, with no API key.
+"""A testing aid: a scripted ``BaseLlm`` that drives the real ADK ``Runner`` offline, with no API key, and the
+conformance kit's ``Driver`` for ADK.
 
 Not for production. The tests of this package, the example and the benchmark use it; so can yours::
 
     model = ScriptedLlm(then=keep_calling("track_parcel", {"tracking_number": "FR-7731"}))
     agent = LlmAgent(name="parcel_tracker", model=model, tools=[track_parcel])
-    runner = InMemoryRunner(agent=agent, plugins=[RepeatGuardPlugin(Policy(match="tool", max_calls=2))])
+    app = App(name="parcels", root_agent=agent, plugins=[RepeatGuardPlugin(match="tool", max_calls=2)])
+    runner = InMemoryRunner(app=app)
     ...
     model.calls                      # how many model calls reached the model
     model.responses_received(2)      # {call_id: response dict} the 3rd request carried as tool results
@@ -17,16 +19,30 @@ final (as ADK's Gemini model does).
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
+import json
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
+from google.adk.agents import LlmAgent
+from google.adk.apps import App
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
+from google.adk.runners import InMemoryRunner
+from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.function_tool import FunctionTool
+from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 from pydantic import PrivateAttr
+
+from repeat_hooks import error_text
+from repeat_hooks.testing import Scenario, Tool, ToolBox, ToolFailed, TurnOutcome, call_id, response
+
+from .guard import RepeatGuardPlugin
+from .state import stop_of
 
 Reply = Sequence[types.Part] | str
 """One model response: its parts (function calls and/or text), or a text answer."""
@@ -162,3 +178,102 @@ class ScriptedLlm(BaseLlm):
         if self._then is not None:
             return self._then(self, request)
         return "Done."
+
+
+# -- the conformance kit's driver -------------------------------------------------------------------------
+
+UNSUPPORTED: dict[str, str] = {}
+"""Kit scenarios ADK itself cannot express, with the reason: none (every scenario runs on the real Runner)."""
+
+
+class Driver:
+    """Runs a ``repeat_hooks.testing`` scenario on ADK's real ``Runner`` (the kit's ``Driver`` for ADK).
+
+    One ``LlmAgent`` with the scenario's tools as ``FunctionTool``s (each takes ``query``), a
+    ``ScriptedLlm`` answering the scenario's script, ``RepeatGuardPlugin(scenario.policy, **options)`` on
+    the ``App``, an ``InMemoryRunner``; one session, one invocation per user turn. A tool that raises
+    ``ToolFailed`` is answered by the agent's own ``on_tool_error_callback`` with ``{"error": "Type: text"}``
+    (without one, ADK fails the invocation). ADK's function tools carry no read-only hint: a kit tool's
+    ``read_only`` is left to the policy's ``read_only`` setting. What the model saw is read from the
+    session's events (the function responses of each invocation); the stop through ``stop_of``.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+        """More ``RepeatGuardPlugin`` options (``cost=``, ``clock=``, ...)."""
+
+    def run(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
+        """Run every turn of ``scenario`` in one session of a fresh runner; one outcome per turn."""
+        return asyncio.run(self.run_async(scenario, box))
+
+    async def run_async(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
+        """``run``, from a running event loop."""
+        where = {"turn": 0, "step": 0}
+
+        def script(model: ScriptedLlm, request: LlmRequest) -> Reply:
+            turn, step = where["turn"], where["step"]
+            where["step"] += 1
+            reply = response(scenario, turn, step)
+            if isinstance(reply, str):
+                return reply
+            return [
+                function_call(call.tool, {"query": call.query}, call_id(turn, step, index, call))
+                for index, call in enumerate(reply)
+            ]
+
+        agent = LlmAgent(
+            name="kit_agent",
+            model=ScriptedLlm(then=script, record_requests=False),
+            tools=[_kit_tool(box, tool) for tool in scenario.tools],
+            on_tool_error_callback=_answer_failure,
+        )
+        plugin = RepeatGuardPlugin(scenario.policy, **self.options)
+        runner = InMemoryRunner(app=App(name="kit", root_agent=agent, plugins=[plugin]))
+        session = await runner.session_service.create_session(app_name="kit", user_id="kit")
+        outcomes: list[TurnOutcome] = []
+        for number, turn in enumerate(scenario.turns):
+            where["turn"], where["step"] = number, 0
+            message = types.Content(role="user", parts=[types.Part(text=turn.message)])
+            events = [
+                event async for event in runner.run_async(user_id="kit", session_id=session.id, new_message=message)
+            ]
+            invocation_id = events[0].invocation_id
+            finals = [event for event in events if event.is_final_response() and event.content is not None]
+            final_parts = finals[-1].content.parts if finals and finals[-1].content is not None else None
+            final = "".join(part.text or "" for part in final_parts or [])
+            stored = await runner.session_service.get_session(app_name="kit", user_id="kit", session_id=session.id)
+            assert stored is not None
+            seen = [
+                _as_text(reply.response)
+                for event in stored.events
+                if event.invocation_id == invocation_id
+                for reply in event.get_function_responses()
+            ]
+            outcomes.append(TurnOutcome(final=final, stop=stop_of(stored, invocation_id), seen=seen))
+        return outcomes
+
+
+def _kit_tool(box: ToolBox, tool: Tool) -> FunctionTool:
+    def run(query: str) -> Any:
+        return box.run(tool.name, query)
+
+    run.__name__ = tool.name
+    run.__doc__ = tool.description
+    return FunctionTool(run)
+
+
+def _answer_failure(
+    tool: BaseTool, args: dict[str, Any], tool_context: ToolContext, error: Exception
+) -> dict[str, Any] | None:
+    """The agent's ``on_tool_error_callback``: hands the model a kit tool's failure as its response."""
+    return {"error": error_text(error)} if isinstance(error, ToolFailed) else None
+
+
+def _as_text(reply: Mapping[str, Any] | None) -> str:
+    """A function response as the text the model reads: an error's text, a plain result, else its JSON."""
+    reply = dict(reply or {})
+    if set(reply) == {"error"} or set(reply) == {"result"}:
+        value = next(iter(reply.values()))
+        if isinstance(value, str):
+            return value
+    return json.dumps(reply, sort_keys=True, default=str)

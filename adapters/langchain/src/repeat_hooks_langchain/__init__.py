@@ -3,11 +3,10 @@
 ::
 
     from langchain.agents import create_agent
-    from repeat_hooks import Policy
     from repeat_hooks_langchain import RepeatGuardMiddleware, stop_of
 
     agent = create_agent(model, tools=[track_parcel], checkpointer=checkpointer,
-                         middleware=[RepeatGuardMiddleware(Policy(max_refusals=3))])
+                         middleware=[RepeatGuardMiddleware()])   # Policy() by default
     result = agent.invoke({"messages": [("user", "Keep checking FR-7731")]}, {"configurable": {"thread_id": "t1"}})
     result["messages"][-1].content   # the answer, or the guard's stop message
     stop_of(result)                  # Stop(reason, message) when the guard ended the turn, else None
@@ -17,19 +16,23 @@ reads the refusal as that call's ``ToolMessage``. The counts live in the graph s
 plain JSON), checkpointed with the thread.
 """
 
-from .cost import CostOf, token_prices
-from .middleware import Clock, RepeatGuardMiddleware
+from repeat_hooks import Policy, Stop, StopReason, TokenPrices
+
+from .calls import model_view
+from .guard import RepeatGuardMiddleware
 from .state import STATE_KEY, RepeatGuardState, guard_state_of, stop_of
 
 __all__ = [
     "STATE_KEY",
-    "Clock",
-    "CostOf",
+    "Policy",
     "RepeatGuardMiddleware",
     "RepeatGuardState",
+    "Stop",
+    "StopReason",
+    "TokenPrices",
     "guard_state_of",
+    "model_view",
     "stop_of",
-    "token_prices",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

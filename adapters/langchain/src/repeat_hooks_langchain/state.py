@@ -3,6 +3,8 @@
 The key is checkpointed with the thread like the messages are, so the counts follow the conversation
 through an interrupt and ``Command(resume=...)``, a process restart, and another process serving the
 same thread through a shared checkpointer. The middleware object keeps nothing per thread.
+
+``stop_of(result)`` is the one documented way to read, after a run, why the guard ended its turn.
 """
 
 from __future__ import annotations
@@ -12,16 +14,17 @@ from typing import Annotated, Any
 
 from langchain.agents.middleware import AgentState
 from langchain.agents.middleware.types import OmitFromInput, PrivateStateAttr
-from pydantic import ValidationError
 from typing_extensions import NotRequired
 
-from repeat_hooks import GuardState, Stop
+from repeat_hooks import GuardState, StateCorrupt, Stop
+from repeat_hooks import load_state as load_guard_state
 
 STATE_KEY = "repeat_guard"
 """The graph-state key holding ``GuardState.model_dump(mode="json")`` (digests and tool names, no arguments)."""
 
 REFUSALS_KEY = "repeat_guard_refusals"
-"""The graph-state key holding the refusals of the last model response: ``{tool_call_id: refusal text}``."""
+"""The graph-state key holding the decisions of the last model response for the tool node:
+``{position of the call in the AIMessage: refusal text}``, ``""`` for a call the guard did not decide."""
 
 
 class RepeatGuardState(AgentState[Any]):
@@ -39,18 +42,15 @@ class RepeatGuardState(AgentState[Any]):
 def load_state(state: Mapping[str, Any]) -> GuardState:
     """The ``GuardState`` saved in a graph state (a fresh one when the key is absent).
 
-    A value that is not a saved ``GuardState`` raises ``ValueError`` naming the key: it was written by
-    something other than this middleware, and guessing would lose counts.
+    A value that is not a saved ``GuardState`` raises ``repeat_hooks.StateCorrupt`` naming the key: it was
+    written by something other than this middleware, and guessing would lose counts. A state saved by
+    repeat-hooks 0.1 loads as it was.
     """
-    saved = state.get(STATE_KEY)
-    if saved is None:
-        return GuardState()
     try:
-        return GuardState.model_validate(saved)
-    except ValidationError as error:
-        raise ValueError(
-            f"the graph state's {STATE_KEY!r} key does not hold a saved GuardState (only "
-            f"RepeatGuardMiddleware may write it): {error}"
+        return load_guard_state(state.get(STATE_KEY))
+    except StateCorrupt as error:
+        raise StateCorrupt(
+            f"the graph state's {STATE_KEY!r} key (only RepeatGuardMiddleware may write it): {error}"
         ) from error
 
 
@@ -65,5 +65,9 @@ def guard_state_of(result: Mapping[str, Any]) -> GuardState:
 
 
 def stop_of(result: Mapping[str, Any]) -> Stop | None:
-    """Why the guard ended the turn whose result this is (``Stop.reason``, ``Stop.message``), or ``None``."""
-    return load_state(result).stop
+    """Why the guard ended the turn whose result this is (``Stop.reason``, ``Stop.message``), or ``None``.
+
+    ``result``: what ``invoke`` / ``ainvoke`` returned, the last ``stream_mode="values"`` chunk, or
+    ``agent.get_state(config).values``.
+    """
+    return load_state(result).turn.stop

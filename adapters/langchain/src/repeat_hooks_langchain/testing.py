@@ -10,31 +10,45 @@ Not for production. The tests of this package, the example and the benchmark use
 
 It is a ``BaseChatModel`` (the seam ``create_agent`` calls through ``bind_tools`` and ``invoke`` /
 ``ainvoke``), so every middleware hook, the tool node and the checkpointer run for real. Each tool call
-it sends gets a fresh id; each response reports ``usage_metadata`` when ``usage`` is set.
+it sends without an id gets a fresh one (an id set in the script, even ``""``, is kept); each response
+reports ``usage_metadata`` when ``usage`` is set.
+
+``Driver`` runs the conformance kit's scenarios (``repeat_hooks.testing``) on the real ``create_agent`` loop
+with this model.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any
 
+from langchain.agents import create_agent
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import ConfigDict, Field, PrivateAttr, SkipValidation
+
+from repeat_hooks import error_text
+from repeat_hooks.testing import Scenario, Tool, ToolBox, ToolFailed, TurnOutcome, call_id, response
+
+from .guard import RepeatGuardMiddleware
+from .state import stop_of
 
 Reply = Callable[[Sequence[BaseMessage]], AIMessage]
 """Makes one response from the messages the model received."""
 
 
 def call_message(*calls: tuple[str, Mapping[str, Any]], text: str = "") -> AIMessage:
-    """An ``AIMessage`` asking for ``calls`` (name, arguments) in parallel; ids are added when sent."""
+    """An ``AIMessage`` asking for ``calls`` (name, arguments) in parallel; fresh ids are added when sent."""
     return AIMessage(content=text, tool_calls=[{"name": name, "args": dict(args), "id": None} for name, args in calls])
 
 
@@ -136,7 +150,7 @@ class ScriptedChatModel(BaseChatModel):
             raise RuntimeError(f"ScriptedChatModel: no reply scripted for call {index + 1} (set then=...)")
         message = scripted if isinstance(scripted, AIMessage) else scripted(messages)
         calls = [
-            {**call, "id": call.get("id") or f"call_{number}_{position}_{uuid.uuid4().hex[:8]}"}
+            {**call, "id": f"call_{number}_{position}_{uuid.uuid4().hex[:8]}" if call.get("id") is None else call["id"]}
             for position, call in enumerate(message.tool_calls)
         ]
         usage: UsageMetadata | None = None
@@ -162,3 +176,81 @@ class ScriptedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         return ChatResult(generations=[ChatGeneration(message=self._reply(messages))])
+
+
+class Driver:
+    """Runs a conformance scenario (``repeat_hooks.testing``) on LangChain's real ``create_agent`` loop.
+
+    One agent per scenario: the scenario's tools as ``StructuredTool``\\ s taking ``query`` (a kit tool's
+    ``read_only`` as MCP's ``readOnlyHint`` in the tool's ``metadata``, where ``langchain-mcp-adapters`` puts
+    it), a ``ScriptedChatModel`` answering the scenario's script at the chat-model seam,
+    ``RepeatGuardMiddleware(scenario.policy, **options)``, an ``InMemorySaver``; one thread, one ``invoke``
+    (or ``ainvoke``) per user turn. A scripted failure raises ``ToolException`` with the kit's error text,
+    which the tool turns into a ``status="error"`` ``ToolMessage`` (``handle_tool_error=True``). What the
+    model saw is read from the thread's messages (the ``ToolMessage``\\ s after the turn's user message);
+    the stop through ``stop_of``.
+    """
+
+    def __init__(self, *, asynchronous: bool = False, **options: Any) -> None:
+        self.asynchronous = asynchronous
+        """Run each turn with ``ainvoke`` (the async hooks) instead of ``invoke``."""
+        self.options = options
+        """More ``RepeatGuardMiddleware`` options (``cost=``, ``clock=``)."""
+
+    def run(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
+        """Run every turn of ``scenario`` on one thread of a fresh agent; one outcome per turn."""
+        model = ScriptedChatModel(then=_script(scenario))
+        agent = create_agent(
+            model,
+            tools=[kit_tool(box, tool) for tool in scenario.tools],
+            middleware=[RepeatGuardMiddleware(scenario.policy, **self.options)],
+            checkpointer=InMemorySaver(),
+        )
+        config: Any = {"configurable": {"thread_id": "kit"}, "recursion_limit": 200}
+        outcomes: list[TurnOutcome] = []
+        for turn in scenario.turns:
+            user: Any = {"messages": [HumanMessage(content=turn.message)]}
+            result = asyncio.run(agent.ainvoke(user, config)) if self.asynchronous else agent.invoke(user, config)
+            messages: list[BaseMessage] = result["messages"]
+            start = max(index for index, message in enumerate(messages) if isinstance(message, HumanMessage))
+            seen = [str(message.text) for message in messages[start:] if isinstance(message, ToolMessage)]
+            outcomes.append(TurnOutcome(final=str(messages[-1].text), stop=stop_of(result), seen=seen))
+        return outcomes
+
+
+def kit_tool(box: ToolBox, tool: Tool) -> BaseTool:
+    """A kit ``Tool`` as a LangChain tool: one ``query`` argument; runs ``box.run``; a failure as an error result."""
+
+    def run(query: str) -> Any:
+        try:
+            return box.run(tool.name, query)
+        except ToolFailed as error:
+            raise ToolException(error_text(error)) from error
+
+    metadata = None if tool.read_only is None else {"readOnlyHint": tool.read_only}
+    return StructuredTool.from_function(
+        run, name=tool.name, description=tool.description, handle_tool_error=True, metadata=metadata
+    )
+
+
+def _script(scenario: Scenario) -> Reply:
+    """The kit's scripted model: in turn ``t`` (user messages so far), step ``i`` (responses since the last
+    user message) answers ``response(scenario, t, i)``, with the kit's call ids."""
+
+    def reply(messages: Sequence[BaseMessage]) -> AIMessage:
+        turn = sum(isinstance(message, HumanMessage) for message in messages) - 1
+        step = 0
+        for message in reversed(messages):
+            if isinstance(message, HumanMessage):
+                break
+            step += isinstance(message, AIMessage)
+        scripted = response(scenario, turn, step)
+        if isinstance(scripted, str):
+            return AIMessage(content=scripted)
+        calls = [
+            {"name": call.tool, "args": {"query": call.query}, "id": call_id(turn, step, index, call)}
+            for index, call in enumerate(scripted)
+        ]
+        return AIMessage(content="", tool_calls=calls)
+
+    return reply

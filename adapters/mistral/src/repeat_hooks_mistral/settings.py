@@ -1,9 +1,13 @@
 """A guard class's settings: where they may be written, which hook points they bind, which name states take.
 
-Settings are class variables of a ``StopRepeatedCalls`` subclass, written in its body. Anywhere else
-(a hook object, ``self.x`` in ``__init__``, a ``Policy`` field as a class variable, ``policy`` changed
-on the class later) they would be silently ignored by the hook objects rc11 rebuilds, so ``GuardClass``
-and ``StopRepeatedCalls`` refuse them at once, with the right spelling in the message.
+Why this module exists beyond the adapter shape (``guard``, ``calls``, ``state``, ``testing``): rc11
+rebuilds hook objects from their class (per hook point under ``local_runtime()``, per activity when
+deployed) and refuses hooks with instance attributes, so a guard's settings can only be class variables
+of a ``RepeatGuardHook`` subclass, written in its body; and rc11 makes every hook point a class overrides
+a step of its loop, so which points a class offers must follow its policy. Settings written anywhere else
+(a hook object, ``self.x`` in ``__init__``, a ``Policy`` field as a class variable, ``policy`` changed on
+the class later) would be silently ignored by the rebuilt hooks, so ``GuardClass`` and
+``RepeatGuardHook`` refuse them at once, with the right spelling in the message.
 """
 
 from __future__ import annotations
@@ -15,46 +19,39 @@ from typing import Any
 
 from mistralai.agents import agents
 
-from repeat_hooks import Policy, StateStore
+from repeat_hooks import HookPoint, Policy, StateStore
 
-SETTINGS = (
-    "policy",
-    "store",
-    "state_name",
-    "fail_closed",
-    "usd_per_million_input_tokens",
-    "usd_per_million_output_tokens",
-)
+SETTINGS = ("policy", "store", "state_name", "fail_closed", "cost")
 """The class variables a guard reads; nothing else configures it."""
+REPLACED = {
+    "usd_per_million_input_tokens": "cost = TokenPrices(input_usd_per_million, output_usd_per_million)",
+    "usd_per_million_output_tokens": "cost = TokenPrices(input_usd_per_million, output_usd_per_million)",
+}
+"""Settings of repeat-hooks-mistral 0.1 and what replaces them."""
 POLICY_FIELDS = frozenset(Policy.model_fields)
 """``Policy``'s settings (``max_calls``, ``match``, ...): they go inside ``policy = Policy(...)``."""
-HOOK_POINTS = ("pre_tool_call", "post_tool_call", "pre_llm_call", "post_llm_call")
-"""The hook points the guard implements."""
+HOOK_POINTS = {
+    "pre_tool_call": HookPoint.PRE_TOOL_CALL,
+    "post_tool_call": HookPoint.POST_TOOL_CALL,
+    "pre_llm_call": HookPoint.PRE_LLM_CALL,
+    "post_llm_call": HookPoint.POST_LLM_CALL,
+}
+"""The rc11 hook points the guard implements, and the core's name for each. The core's
+``pre_agent_turn`` needs no rc11 hook: every hook call carries ``ctx.session.turn_id``, which starts the
+turn's count at the turn's first call."""
 
 _IMPLEMENTATIONS: dict[str, Callable[..., Any]] = {}
-"""``StopRepeatedCalls``'s own method for each hook point (filled by ``implement``)."""
+"""``RepeatGuardHook``'s own method for each hook point (filled by ``implement``)."""
 _STATE_NAMES: dict[str, weakref.ref[type]] = {}
 """Which guard class stores its states under each ``state_name``, in this process."""
 
 
 def hook_points(policy: Policy) -> dict[str, bool]:
-    """Which hook points ``policy`` needs. rc11 runs a hook point only if the class overrides it, and
-    each one adds a step to every model or tool call of the loop, so the guard takes only these.
-
-    ``post_tool_call`` is needed to count failures, and whenever repeats are counted by progress
-    (``count != "per_turn"``): the tools' results tell progress apart from no progress.
-    """
-    budgets = policy.max_model_calls is not None or policy.max_model_seconds is not None
-    budgets = budgets or policy.max_cost_usd is not None
-    failures = not policy.count_failures or policy.max_errors_in_a_row is not None
-    results = policy.count != "per_turn"
-    stops = budgets or policy.max_refusals is not None or policy.max_errors_in_a_row is not None
-    return {
-        "pre_tool_call": True,
-        "post_tool_call": failures or results,
-        "pre_llm_call": stops,
-        "post_llm_call": budgets,
-    }
+    """Which rc11 hook points ``policy`` needs (``Policy.hook_points``). rc11 runs a hook point only if the
+    class overrides it, and each one adds a step to every model or tool call of the loop, so the guard
+    takes only these."""
+    needed = policy.hook_points()
+    return {point: core in needed for point, core in HOOK_POINTS.items()}
 
 
 def implement(guard: type) -> None:
@@ -89,7 +86,7 @@ def _policy(cls: type) -> Policy:
 
 
 class GuardClass(type):
-    """The metaclass of ``StopRepeatedCalls``: offers rc11 the hook points a policy needs, refuses
+    """The metaclass of ``RepeatGuardHook``: offers rc11 the hook points a policy needs, refuses
     misplaced settings.
 
     rc11 decides which hook points a hook has with ``getattr(type(hook), point) is getattr(Hook, point)``.
@@ -112,6 +109,8 @@ class GuardClass(type):
             )
         if name in POLICY_FIELDS:
             raise TypeError(_policy_field_message(cls.__name__, name, value))
+        if name in REPLACED:
+            raise TypeError(f"{cls.__name__}.{name} is no longer a setting: write {REPLACED[name]} in a class body")
         check_setting(cls.__name__, name, value)
         before = cls.__dict__.get(name)
         type.__setattr__(cls, name, value)
@@ -126,17 +125,21 @@ class GuardClass(type):
 def check_setting(owner: str, name: str, value: Any) -> None:
     """Raise ``TypeError`` if ``value`` cannot be the setting ``name`` of guard class ``owner``."""
     if name == "policy" and not isinstance(value, Policy):
-        raise TypeError(f"{owner}.policy must be a repeat_hooks.Policy, got {type(value).__name__}")
+        raise TypeError(
+            f"{owner}.policy must be a repeat_hooks.Policy, got {type(value).__name__}: "
+            f"write policy = Policy(...) in the class body"
+        )
     if name == "store" and not isinstance(value, StateStore):
         raise TypeError(f"{owner}.store must be a repeat_hooks.StateStore, got {type(value).__name__}")
     if name == "state_name" and not (isinstance(value, str) and value):
         raise TypeError(f"{owner}.state_name must be a non-empty str, got {value!r}")
     if name == "fail_closed" and not isinstance(value, bool):
         raise TypeError(f"{owner}.fail_closed must be True or False, got {value!r}")
-    if name.startswith("usd_per_million") and not (
-        isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
-    ):
-        raise TypeError(f"{owner}.{name} must be a price in dollars (a number >= 0), got {value!r}")
+    if name == "cost" and value is not None and not callable(value):
+        raise TypeError(
+            f"{owner}.cost must be a CostOf (the US dollars of one model call's usage), such as "
+            f"TokenPrices(3, 15), or None; got {value!r}"
+        )
 
 
 def check_class_body(guard: type) -> None:
@@ -150,6 +153,8 @@ def check_class_body(guard: type) -> None:
             continue
         if name in POLICY_FIELDS:
             raise TypeError(_policy_field_message(owner, name, value))
+        if name in REPLACED:
+            raise TypeError(f"{owner}.{name} is no longer a setting: write {REPLACED[name]}")
         if isinstance(value, Policy):
             raise TypeError(f"{owner}.{name} is a Policy the guard never reads: name it policy = Policy(...)")
         close = difflib.get_close_matches(name, SETTINGS, n=1, cutoff=0.85)
@@ -166,7 +171,7 @@ def instance_setting_message(owner: str, name: str, value: Any) -> str:
     return (
         f"{owner}: {name} cannot be set on a hook object: rc11 rebuilds hook objects from their class (per "
         "hook point, per activity), so it would be ignored. Set it in the class body: "
-        f"class {owner}(StopRepeatedCalls): {where}"
+        f"class {owner}(RepeatGuardHook): {where}"
     )
 
 

@@ -14,6 +14,9 @@ same script works in any process), and every request is kept in ``requests``::
 A reply is answer text (``str``, the turn ends), one ``ToolUse`` or a list of them (the loop goes on).
 Not for production: it is what the tests and the offline example use.
 
+``Driver`` runs the core's conformance scenarios (``repeat_hooks.testing``) on the SDK's real loop with
+this model at its provider seam: ``check(scenario, box, Driver().run(scenario, box))``.
+
 The config names the model, nothing more, so it survives the SDK's serialization. A worker process
 (``agents run-worker``) finds the model if the module it imports builds it under the same
 ``name`` (``ScriptedModel(script, name="parcel-loop")`` at import time); ``requests`` are per process.
@@ -21,18 +24,21 @@ The config names the model, nothing more, so it survives the SDK's serialization
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
+from mistralai.agents import agents
 from mistralai.vibe.harness.app_server.session import SessionClient
 from mistralai.vibe.harness.app_server.session import TextContentBlock as SessionText
 from mistralai.vibe.harness.core.protocol import TextContentBlock
 from mistralai.vibe.harness.runtime.completion import CompletionConfigBase
 from mistralai.vibe.harness.runtime.completion.models import (
+    CompletionAssistantMessage,
     CompletionRequest,
     CompletionStreamItem,
     CompletionToolMessage,
@@ -45,6 +51,12 @@ from mistralai.vibe.harness.runtime.completion.models import (
 )
 from mistralai.vibe_agents.sdk.transport.results import RunResult, run_one_turn
 
+from repeat_hooks import MemoryStore, Stop
+from repeat_hooks.testing import FINAL, Scenario, ToolBox, TurnOutcome, call_id, response
+
+from .guard import RepeatGuardHook
+from .settings import GuardClass
+
 
 @dataclass(frozen=True, slots=True)
 class ToolUse:
@@ -55,7 +67,8 @@ class ToolUse:
     arguments: Mapping[str, Any] = field(default_factory=dict)
     """The call's arguments (sent as JSON)."""
     call_id: str | None = None
-    """The model's call id; ``None``: a fresh ``call_<n>``. Real models reuse ids: set one to test that."""
+    """The model's call id; ``None``: a fresh ``call_<n>``. Real models reuse ids: set one to test that.
+    (rc11 refuses a response that uses one id twice, before any hook runs.)"""
 
 
 Reply = str | ToolUse | Sequence[ToolUse]
@@ -123,7 +136,7 @@ class ScriptedModel:
             return
         uses = [reply] if isinstance(reply, ToolUse) else list(reply)
         for use in uses:
-            call_id = use.call_id or f"call_{next(self._call_ids)}"
+            call_id = use.call_id if use.call_id is not None else f"call_{next(self._call_ids)}"
             yield ModelToolCallStartedDelta(call_id=call_id, name=use.name)
             yield ModelToolCallArgumentsDelta.model_validate({"call_id": call_id, "json": json.dumps(use.arguments)})
         yield ModelCompletionFinished(finish_reason="tool_call", usage=usage)
@@ -161,12 +174,7 @@ def last_user_text(request: CompletionRequest) -> str:
 
 def calls_this_turn(request: CompletionRequest) -> int:
     """How many tool results the model has seen since the last user message."""
-    count = 0
-    for message in reversed(request.messages):
-        if isinstance(message, CompletionUserMessage):
-            break
-        count += isinstance(message, CompletionToolMessage)
-    return count
+    return _since_last_user(request, CompletionToolMessage)
 
 
 async def run_turn(session: SessionClient, text: str) -> RunResult[None]:
@@ -174,7 +182,130 @@ async def run_turn(session: SessionClient, text: str) -> RunResult[None]:
     return await run_one_turn(session, [SessionText(text=text)])
 
 
+# -- the conformance driver ---------------------------------------------------------------------------
+
+
+class Driver:
+    """Runs a conformance scenario (``repeat_hooks.testing``) on rc11's real agent loop, in process.
+
+    Each scenario gets its own guard class (``RepeatGuardHook`` with the scenario's policy and a store of
+    its own), its tools as ``@agents.tool`` functions taking one string ``query`` (each run goes to
+    ``ToolBox.run``; a ``ToolFailed`` reaches rc11 as the tool's exception), and a ``ScriptedModel`` at
+    the provider seam that answers the scenario's script: turn ``t`` is the number of user messages in
+    the request less one, the step the number of assistant messages since the last one. All turns run in
+    one session, each through ``RepeatGuardHook.run(session, text)``: ``TurnOutcome.final`` is its text
+    (the stop message when the guard ended the turn) and ``TurnOutcome.stop`` its stop.
+
+    ``TurnOutcome.seen`` is read from the conversation rc11 holds for the model: rc11's session history
+    (``session.state.history``) leaves out every refused call and keeps one entry per call id, so after
+    the last turn the driver sends one more user message, which the model answers at once, and reads the
+    tool messages of every turn from the conversation that model call is sent.
+
+    rc11 has no read-only hint for a tool: ``Tool.read_only`` is left to the policy's ``read_only``.
+    """
+
+    UNSUPPORTED: ClassVar[Mapping[str, str]] = {
+        "one_call_id_for_different_calls": (
+            "rc11 refuses a model response that uses one tool call id twice before any hook runs: "
+            "RuntimeError('duplicate model tool call ID ...') from the completion aggregator "
+            "(vibe/harness/runtime/completion/aggregation.py:12); the turn fails and no tool runs"
+        ),
+    }
+    """Scenarios rc11 itself cannot express, and why."""
+
+    PROBE = "(end of the conversation)"
+    """The user message the driver sends after the scenario's turns, to read the conversation."""
+
+    _classes = itertools.count(1)
+
+    def __init__(self, *, max_iterations: int = 30) -> None:
+        self.max_iterations = max_iterations
+
+    def run(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
+        """Run every turn of ``scenario`` in one new session; one outcome per turn (blocks: ``asyncio.run``)."""
+        return asyncio.run(self.arun(scenario, box))
+
+    async def arun(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
+        """``run`` for callers already inside an event loop."""
+        number = next(self._classes)
+        body = {
+            "__module__": __name__,
+            "__qualname__": f"Driver.Conformance{number}",
+            "policy": scenario.policy,
+            "store": MemoryStore(),
+        }
+        guard = cast(type[RepeatGuardHook], GuardClass(f"Conformance{number}", (RepeatGuardHook,), body))
+        turns = len(scenario.turns)
+
+        def script(request: CompletionRequest) -> Reply:
+            turn = sum(isinstance(message, CompletionUserMessage) for message in request.messages) - 1
+            if turn >= turns:
+                return FINAL
+            step = _since_last_user(request, CompletionAssistantMessage)
+            reply = response(scenario, turn, step)
+            if isinstance(reply, str):
+                return reply
+            return [
+                ToolUse(call.tool, {"query": call.query}, call_id=call_id(turn, step, index, call))
+                for index, call in enumerate(reply)
+            ]
+
+        model = ScriptedModel(script)
+        agent = agents.Agent(
+            model=model.name,
+            completion=model.completion(),
+            name="conformance",
+            instructions="You track parcels.",
+            builtins=agents.Builtins.none(),
+            max_iterations=self.max_iterations,
+            harness=agents.Harness(
+                tools=[_kit_tool(tool.name, tool.description, box) for tool in scenario.tools], hooks=[guard()]
+            ),
+        )
+        outcomes: list[TurnOutcome] = []
+        async with await agent.create_session() as session:
+            for turn in scenario.turns:
+                result, stop = await guard.run(session, turn.message)
+                outcomes.append(TurnOutcome(final=result.text, stop=stop if isinstance(stop, Stop) else None, seen=[]))
+            await guard.run(session, self.PROBE)
+        conversation = model.requests[-1]
+        for outcome, seen in zip(outcomes, _tool_messages_by_turn(conversation), strict=False):
+            outcome.seen = seen
+        return outcomes
+
+
+def _kit_tool(name: str, description: str, box: ToolBox) -> Any:
+    """A kit tool as rc11 takes one: a module-level-looking function of one string ``query``."""
+
+    def handler(query: str) -> Any:
+        return box.run(name, query)
+
+    handler.__name__ = handler.__qualname__ = name  # rc11 takes module-level functions only (by qualname)
+    return agents.tool(name=name, description=description)(handler)
+
+
+def _since_last_user(request: CompletionRequest, kind: type) -> int:
+    count = 0
+    for message in reversed(request.messages):
+        if isinstance(message, CompletionUserMessage):
+            break
+        count += isinstance(message, kind)
+    return count
+
+
+def _tool_messages_by_turn(request: CompletionRequest) -> list[list[str]]:
+    """The tool messages of a request, grouped by the user message they follow."""
+    turns: list[list[str]] = []
+    for message in request.messages:
+        if isinstance(message, CompletionUserMessage):
+            turns.append([])
+        elif isinstance(message, CompletionToolMessage) and turns:
+            turns[-1].append(message.content)
+    return turns
+
+
 __all__ = [
+    "Driver",
     "Reply",
     "Script",
     "ScriptedCompletion",

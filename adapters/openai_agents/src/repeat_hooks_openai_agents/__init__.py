@@ -2,53 +2,62 @@
 
 ::
 
-    from repeat_hooks import StopRepeatedCalls
-    from repeat_hooks_openai_agents import GuardHooks, guard_agent
+    from repeat_hooks_openai_agents import GuardState, guard_agent, stop_of
 
-    agent = guard_agent(Agent(name="parcel-tracker", tools=[track_parcel]))   # once, shared
-    guard = StopRepeatedCalls(match="tool", max_calls=2, max_refusals=3)       # one per conversation
-    result = await Runner.run(agent, "Keep checking FR-7731", context=guard, hooks=GuardHooks())
+    agent = guard_agent(Agent(name="parcel-tracker", tools=[track_parcel]))  # once, shared; Policy() by default
+    state = GuardState()                                                     # one per conversation
+    result = await Runner.run(agent, "Keep checking FR-7731", context=state)
+    stop_of(result)  # None, or the guard's Stop when it ended the run (final_output is then its message)
 
-The guard lives in the run context (the context *is* the ``StopRepeatedCalls``, or your own object
-holds one in ``repeat_guard``). A tool input guardrail refuses repeated calls, the agent's
-``tool_use_behavior`` ends the turn with the guard's message, and ``GuardHooks`` starts turns and
-counts model calls. Save a paused run with ``RunState.to_json(context_serializer=context_serializer)``.
-A run set up wrongly (no ``GuardHooks``, one guard in two concurrent runs, an unguarded agent, a
-budget nothing feeds) raises ``GuardSetupError`` at its first model call. ``run_stop(result)`` says
-whether the guard ended a run; ``save_stop(session, result)`` keeps its message in a ``Session``.
+``guard_agent(agent, policy, cost=TokenPrices(...), clock=..., **settings)`` holds the policy; the run
+context holds the conversation's counts (the context *is* the ``GuardState``, or your own object holds one
+in ``repeat_guard``). Its ``RepeatGuardHooks`` (the clone's agent hooks) start turns, count model calls and
+decide each response's calls as a batch; a tool input guardrail hands each call its decision, an output
+guardrail records its outcome, and the agent's ``tool_use_behavior`` ends the turn with the guard's
+message. Save a paused run with ``RunState.to_json(context_serializer=context_serializer)``.
 """
 
-from .agent import guard_agent
-from .behavior import EndTurn
-from .context import GUARD_ATTRIBUTE, context_deserializer, context_serializer, find_guard, require_guard
-from .errors import GuardSetupError, MissingGuard
-from .guardrails import FailureCheck, McpHints, is_sdk_error, record_outcome, refuse_repeats
-from .hooks import Clock, CostOf, GuardHooks, RequireGuardHooks, token_prices
-from .stops import run_stop, save_stop, stop_items
+from repeat_hooks import GuardState, Policy, Stop, StopReason, TokenPrices
+
+from .calls import McpHints, is_sdk_error, model_view
+from .guard import EndTurn, RecordOutcome, RefuseRepeats, RepeatGuardHooks, guard_agent
+from .state import (
+    GUARD_ATTRIBUTE,
+    GuardSetupError,
+    MissingGuard,
+    context_deserializer,
+    context_serializer,
+    find_state,
+    require_state,
+    save_stop,
+    stop_items,
+    stop_of,
+)
 
 __all__ = [
     "GUARD_ATTRIBUTE",
-    "Clock",
-    "CostOf",
     "EndTurn",
-    "FailureCheck",
-    "GuardHooks",
     "GuardSetupError",
+    "GuardState",
     "McpHints",
     "MissingGuard",
-    "RequireGuardHooks",
+    "Policy",
+    "RecordOutcome",
+    "RefuseRepeats",
+    "RepeatGuardHooks",
+    "Stop",
+    "StopReason",
+    "TokenPrices",
     "context_deserializer",
     "context_serializer",
-    "find_guard",
+    "find_state",
     "guard_agent",
     "is_sdk_error",
-    "record_outcome",
-    "refuse_repeats",
-    "require_guard",
-    "run_stop",
+    "model_view",
+    "require_state",
     "save_stop",
     "stop_items",
-    "token_prices",
+    "stop_of",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

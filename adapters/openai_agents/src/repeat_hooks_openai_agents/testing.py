@@ -1,19 +1,21 @@
-"""A testing aid: a scripted ``Model`` that drives the real ``Runner`` offline, with no API key.
+"""Testing aids: a scripted ``Model`` that drives the real ``Runner`` offline, and the conformance ``Driver``.
 
-Not for production. The tests of this package, the example and the benchmark use it; so can yours::
+Not for production. The tests of this package, the example and the benchmark use them; so can yours::
 
     model = ScriptedModel(then=keep_calling("track_parcel", {"tracking_number": "FR-7731"}))
     agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[track_parcel]))
-    result = await Runner.run(agent, "Keep checking FR-7731", context=StopRepeatedCalls(), hooks=GuardHooks())
+    result = await Runner.run(agent, "Keep checking FR-7731", context=GuardState())
     model.calls                      # how many model calls the run made
     model.outputs_received(2)        # {call_id: text} the 3rd request carried as tool outputs
 
 Each response reports ``usage`` (one request, ``input_tokens``/``output_tokens`` as set), as the
-SDK's own models do.
+SDK's own models do. ``Driver`` runs a ``repeat_hooks.testing`` scenario on the real ``Runner`` with a
+``ScriptedModel`` at the SDK's model seam (``Model``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 import json
@@ -21,7 +23,19 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents import Handoff, ModelResponse, ModelSettings, Tool, Usage
+from agents import (
+    Agent,
+    FunctionTool,
+    Handoff,
+    ModelResponse,
+    ModelSettings,
+    RunConfig,
+    Runner,
+    Tool,
+    ToolCallOutputItem,
+    Usage,
+    function_tool,
+)
 from agents.agent_output import AgentOutputSchemaBase
 from agents.items import TResponseInputItem, TResponseOutputItem, TResponseStreamEvent
 from agents.models.interface import Model, ModelTracing
@@ -36,6 +50,12 @@ from openai.types.responses import (
 )
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+
+from repeat_hooks import GuardState
+from repeat_hooks import testing as kit
+
+from .guard import guard_agent
+from .state import stop_items, stop_of
 
 Reply = Sequence[TResponseOutputItem]
 """One model response: its output items (tool calls and/or a message)."""
@@ -219,3 +239,91 @@ class ScriptedModel(Model):
         )
         yield ResponseCreatedEvent(type="response.created", sequence_number=0, response=response)
         yield ResponseCompletedEvent(type="response.completed", sequence_number=1, response=response)
+
+
+# -- the conformance kit's driver ------------------------------------------------------------------------
+
+UNSUPPORTED: dict[str, str] = {
+    "one_call_id_for_different_calls": (
+        "openai-agents 0.24 rejects a response that uses one call id for different calls before any hook or "
+        "guardrail runs: ModelBehaviorError('Model reused a tool call ID for a different invocation in one "
+        "response'), agents/run_internal/tool_planning.py:452-458 (_dedupe_processed_response_invocations)"
+    ),
+    "call_ids_reused_across_responses": (
+        "openai-agents 0.24 does not run a call whose id and invocation match a call already completed in the "
+        "run: it drops it from the response and the earlier output stands (agents/run_internal/"
+        "tool_planning.py:442-451, filter_completed), so a model layer answering call_0 every time runs the "
+        "tool once per run; the guard counts only the calls the SDK keeps (calls.batch_of)"
+    ),
+}
+"""Kit scenarios this SDK cannot express, and why (each has a test of the SDK's own behaviour instead)."""
+
+
+class Driver:
+    """Runs a conformance scenario on the real ``Runner`` (``Runner.run``, or ``run_streamed`` if ``streamed``).
+
+    One guarded agent (``guard_agent(agent, scenario.policy)``) and one ``GuardState`` per scenario (one
+    conversation); each turn is one run, its model a ``ScriptedModel`` answering the scenario's script
+    (passed as ``RunConfig(model=...)``), the history carried to the next turn as the SDK gives it
+    (``result.to_input_list()``, plus ``stop_items``). ``seen`` is read from the run's own items.
+    """
+
+    def __init__(self, *, streamed: bool = False) -> None:
+        self.streamed = streamed
+
+    def run(self, scenario: kit.Scenario, box: kit.ToolBox) -> list[kit.TurnOutcome]:
+        """Run every turn of ``scenario``; one ``TurnOutcome`` per turn."""
+        return asyncio.run(self.run_async(scenario, box))
+
+    async def run_async(self, scenario: kit.Scenario, box: kit.ToolBox) -> list[kit.TurnOutcome]:
+        """``run``, for a caller already in an event loop."""
+        agent = guard_agent(
+            Agent(name="kit", instructions="Use the tools.", tools=[kit_tool(tool, box) for tool in scenario.tools]),
+            scenario.policy,
+        )
+        state = GuardState()
+        history: list[TResponseInputItem] = []
+        outcomes = []
+        for number, turn in enumerate(scenario.turns):
+            model = ScriptedModel(then=_script(scenario, number))
+            turn_input: list[TResponseInputItem] = [*history, {"role": "user", "content": turn.message}]
+            config = RunConfig(model=model, tracing_disabled=True)
+            if self.streamed:
+                streamed = Runner.run_streamed(agent, turn_input, context=state, max_turns=100, run_config=config)
+                async for _ in streamed.stream_events():
+                    pass
+                result: Any = streamed
+            else:
+                result = await Runner.run(agent, turn_input, context=state, max_turns=100, run_config=config)
+            seen = [_text(item.raw_item) for item in result.new_items if isinstance(item, ToolCallOutputItem)]
+            outcomes.append(kit.TurnOutcome(final=str(result.final_output), stop=stop_of(result), seen=seen))
+            history = [*result.to_input_list(), *stop_items(result)]
+        return outcomes
+
+
+def kit_tool(tool: kit.Tool, box: kit.ToolBox) -> FunctionTool:
+    """A kit tool as a function tool taking ``query``: each run goes through ``box`` (a ``ToolFailed`` raises,
+    and the SDK hands the model its error text)."""
+
+    def run(query: str) -> Any:
+        return box.run(tool.name, query)
+
+    return function_tool(run, name_override=tool.name, description_override=tool.description)
+
+
+def _script(scenario: kit.Scenario, turn: int) -> Script:
+    def reply(step: int, model: ScriptedModel) -> Reply:
+        answer = kit.response(scenario, turn, step)
+        if isinstance(answer, str):
+            return [message(answer)]
+        return [
+            tool_call(call.tool, {"query": call.query}, kit.call_id(turn, step, index, call))
+            for index, call in enumerate(answer)
+        ]
+
+    return reply
+
+
+def _text(raw_item: Any) -> str:
+    output = raw_item.get("output") if isinstance(raw_item, Mapping) else getattr(raw_item, "output", None)
+    return output if isinstance(output, str) else json.dumps(output)

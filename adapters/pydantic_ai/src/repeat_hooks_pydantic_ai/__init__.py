@@ -3,34 +3,39 @@
 ::
 
     from pydantic_ai import Agent
-    from repeat_hooks import Policy
-    from repeat_hooks_pydantic_ai import RepeatGuard, stop_of
+    from repeat_hooks_pydantic_ai import Policy, RepeatGuard, refusals_of, stop_of
 
     agent = Agent(model, tools=[track_parcel], capabilities=[RepeatGuard(Policy(max_refusals=3))])
     result = await agent.run("Keep checking FR-7731")
     stop_of(result)       # None, or the Stop (reason, message) that ended the run; result.output is its message
     refusals_of(result)   # [(tool name, Refusal), ...]: the calls the guard refused in this run
 
-Each run is one turn with its own counters (``for_run``). A refused call never runs: the model reads
+Each run is one turn with its own counts (``for_run``). A refused call never runs: the model reads
 the refusal as the tool's return. A run with structured output only raises ``RepeatGuardStopped``.
 """
 
-from .calls import FailureCheck, read_only_hint
-from .capability import RepeatGuard, accepts_text
-from .costs import CostOf, token_prices
-from .stopped import GUARD_NAME, RepeatGuardStopped, refusals_of, stop_of
+from repeat_hooks import Policy, Stop, StopReason, TokenPrices
+
+from .calls import FailureCheck, model_view, read_only_hint, tool_hints
+from .guard import GuardSetupError, RepeatGuard, accepts_text
+from .state import GUARD_NAME, RepeatGuardStopped, refusals_of, stop_of
 
 __all__ = [
     "GUARD_NAME",
-    "CostOf",
     "FailureCheck",
+    "GuardSetupError",
+    "Policy",
     "RepeatGuard",
     "RepeatGuardStopped",
+    "Stop",
+    "StopReason",
+    "TokenPrices",
     "accepts_text",
+    "model_view",
     "read_only_hint",
     "refusals_of",
     "stop_of",
-    "token_prices",
+    "tool_hints",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

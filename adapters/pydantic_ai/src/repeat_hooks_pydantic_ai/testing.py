@@ -13,6 +13,14 @@ It is a ``FunctionModel`` (the seam pydantic-ai offers for this), so ``run``, ``
 responses already in the messages it is sent (the history of earlier runs included). It depends on
 nothing else, so two processes (a durable workflow's replay, a worker taking a run over) script the
 same responses; call ids are ``call_<step>_<index>`` for the same reason.
+
+``Driver`` runs the core's conformance scenarios (``repeat_hooks.testing``) on pydantic-ai's real agent
+graph, a ``ScriptedModel`` answering each turn's script::
+
+    from repeat_hooks.testing import SCENARIOS, ToolBox, check
+
+    box = ToolBox(scenario)
+    check(scenario, box, Driver().run(scenario, box))
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
+from pydantic_ai import Agent, Tool, ToolFailed
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -32,6 +41,11 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.usage import RequestUsage
+
+from repeat_hooks import testing as kit
+
+from .guard import RepeatGuard
+from .state import stop_of
 
 Arguments = Mapping[str, Any] | str
 """A tool call's arguments: a dict, or JSON text sent as it is (even if not valid JSON)."""
@@ -135,3 +149,80 @@ def tool_returns(messages: Sequence[ModelMessage]) -> list[str]:
 def step_of(messages: Sequence[ModelMessage]) -> int:
     """The conversation's step: how many model responses the messages hold (the guard's own included)."""
     return sum(1 for message in messages if isinstance(message, ModelResponse))
+
+
+# -- the conformance kit's driver ---------------------------------------------------------------------
+
+UNSUPPORTED: dict[str, str] = {
+    "one_call_id_for_different_calls": (
+        "pydantic-ai refuses a response whose function calls share a tool_call_id before any hook or tool "
+        "runs: UnexpectedModelBehavior('Function tool calls must have unique `tool_call_id` values', "
+        "pydantic_ai/_tool_execution.py:749-752)"
+    ),
+}
+"""Kit scenarios pydantic-ai itself cannot express, and why (their own tests prove the SDK's behaviour)."""
+
+
+class Driver:
+    """Runs a conformance ``Scenario`` on pydantic-ai's real agent graph (one ``agent.run`` per user turn,
+    the conversation carried by ``message_history``), a ``ScriptedModel`` answering each turn's script."""
+
+    def run(self, scenario: kit.Scenario, box: kit.ToolBox) -> list[kit.TurnOutcome]:
+        """Every turn of ``scenario`` on one guarded agent; one outcome per turn, read from pydantic-ai."""
+        agent: Agent[None, str] = Agent(
+            ScriptedModel(answer(kit.FINAL)),
+            tools=[kit_tool(tool, box) for tool in scenario.tools],
+            capabilities=[RepeatGuard(scenario.policy)],
+        )
+        history: list[ModelMessage] = []
+        outcomes: list[kit.TurnOutcome] = []
+        for number, turn in enumerate(scenario.turns):
+            model = ScriptedModel(turn_script(scenario, number, step_of(history)))
+            result = agent.run_sync(turn.message, message_history=history, model=model)
+            new = result.new_messages()
+            seen = [
+                part.model_response_str()
+                for message in new
+                if isinstance(message, ModelRequest)
+                for part in message.parts
+                if isinstance(part, ToolReturnPart)
+            ]
+            outcomes.append(kit.TurnOutcome(final=result.output, stop=stop_of(result), seen=seen))
+            history = result.all_messages()
+        return outcomes
+
+
+def turn_script(scenario: kit.Scenario, turn: int, offset: int) -> Script:
+    """The model's script in turn ``turn``: its ``i``-th response (conversation step ``offset + i``) is the
+    kit's ``response(scenario, turn, i)``, with the kit's call ids."""
+
+    def script(step: int) -> Reply:
+        index = step - offset
+        reply = kit.response(scenario, turn, index)
+        if isinstance(reply, str):
+            return [TextPart(reply)]
+        return [
+            ToolCallPart(c.tool, {"query": c.query}, tool_call_id=kit.call_id(turn, index, k, c))
+            for k, c in enumerate(reply)
+        ]
+
+    return script
+
+
+def kit_tool(tool: kit.Tool, box: kit.ToolBox) -> Tool[None]:
+    """A pydantic-ai tool running ``tool`` through ``box``; a kit failure is a ``ToolFailed`` (a failed
+    return the model reads). ``tool.read_only`` rides as an MCP ``readOnlyHint`` in the tool's metadata,
+    where ``MCPToolset`` puts it (``tool_hints``).
+
+    The tool is a coroutine that never awaits: each call of a parallel batch ends before the next one
+    starts, the order in which a guard deciding call by call would let results restart counts.
+    """
+
+    async def run(query: str) -> Any:
+        try:
+            return box.run(tool.name, query)
+        except kit.ToolFailed as error:
+            raise ToolFailed(str(error)) from error
+
+    metadata = None if tool.read_only is None else {"annotations": {"readOnlyHint": tool.read_only}}
+    return Tool(run, name=tool.name, description=tool.description, metadata=metadata)

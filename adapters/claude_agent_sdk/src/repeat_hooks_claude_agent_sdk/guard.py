@@ -1,0 +1,363 @@
+"""``RepeatGuardHooks``: the guard as Claude Agent SDK hooks, plus the transport that lets them see responses.
+
+Claude Code runs the agent loop in its CLI and calls the hooks back in the Python process that started it.
+A turn is one user prompt: its ``prompt_id`` is the turn id (stable across the turn's hooks). The counts
+live in a ``StateStore`` (``MemoryStore`` by default; ``repeat_hooks.redis.RedisStore`` shared by several
+processes), one ``GuardState`` per session id, so a session resumed later (``resume=session_id``), in this
+process or another, goes on with its state. Which hook does what:
+
+- ``UserPromptSubmit``: starts the turn (fresh per-turn counts).
+- ``PreToolUse``: decides the call. The first call of a model response first records the previous
+  response (its calls' outcomes, and, as a model call, its cost), then checks the stop rules that the
+  core checks before a model call (``decide_model_call``; Claude Code has no hook before a model call),
+  then decides the response's calls streamed so far as one batch (``decide_tool_calls``); the later calls
+  of the response are decided with those still undecided, in the order the model wrote them. A refused
+  call is denied with the refusal as the reason: the tool does not run and the model reads the text as
+  the call's error result. A stop denies the call and ends the turn (``continue_: False``): no more
+  model calls, and the caller's ``ResultMessage.result`` is the stop message.
+- ``PostToolUse`` / ``PostToolUseFailure``: the call's outcome and what the model reads of its result
+  (``calls.result_view``, or the error text), recorded when the next response comes: no result of a
+  response restarts the count of a call in the same response.
+
+Which response a call belongs to is not in the hooks: ``GuardedTransport`` (``stream``) reads it from the
+CLI's stream, so run the guard with ``guard.query(...)`` or ``guard.client(...)``, or pass both
+``options=guard.options(...)`` and ``transport=guard.transport(...)`` to the SDK yourself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from claude_agent_sdk import (
+    ClaudeAgentOptions,
+    ClaudeSDKClient,
+    HookCallback,
+    HookContext,
+    HookInput,
+    HookJSONOutput,
+    HookMatcher,
+    Message,
+    ResultMessage,
+    Transport,
+    query,
+)
+from claude_agent_sdk.types import HookEvent
+
+from repeat_hooks import (
+    CostOf,
+    Feed,
+    GuardSetupError,
+    GuardState,
+    MemoryStore,
+    Policy,
+    Refusal,
+    StateStore,
+    Stop,
+    StopReason,
+    StoreUnavailable,
+    check_feeds,
+    policy_from,
+)
+
+from .calls import Hints, allow, deny, result_view, tool_call, usage_for_cost
+from .state import session_key, stop_of
+from .stream import Block, Flight, GuardedTransport, Outcome
+
+logger = logging.getLogger("repeat_hooks_claude_agent_sdk")
+T = TypeVar("T")
+
+_OWNER = "RepeatGuardHooks"
+MAX_SESSIONS = 1024
+"""Sessions whose current turn the process follows at once (``Flight``s); the least recently used goes first."""
+
+NO_TRANSPORT = (
+    "repeat-hooks: RepeatGuardHooks cannot see which model response this call belongs to: run the agent with "
+    "guard.query(prompt=..., options=...) or guard.client(options), or pass options=guard.options(options) "
+    "and transport=guard.transport(options) to the SDK. The call was not run and the turn ends."
+)
+"""What a call is denied with (and the turn ended) when the hooks run without the guard's transport."""
+STORE_DOWN = "Refused: the loop guard could not reach its state store, so this call was not run."
+"""The refusal text of a call refused because the store failed, with ``fail_closed=True``."""
+
+
+class RepeatGuardHooks:
+    """The loop guard for the Claude Agent SDK: ``guard.query(prompt=..., options=ClaudeAgentOptions(...))``.
+
+    ``policy`` is the settings: a ``Policy``, or the settings as keywords (``RepeatGuardHooks(max_calls=2)``),
+    or nothing for the default ``Policy()``. Tool names in the policy are Claude Code's:
+    ``mcp__<server>__<tool>`` for an MCP tool, ``Bash``, ``Read``, ... for its own.
+
+    ``store`` keeps one ``GuardState`` per session id (default: a ``MemoryStore`` of this process; a
+    ``RedisStore`` for sessions resumed in other processes). ``cost`` turns a response's usage into dollars
+    for ``max_cost_usd`` (``cost=TokenPrices(3, 15)``). ``fail_closed``: when the store fails, refuse the call
+    (``True``) rather than let it run (``False``, the default; the error is logged either way).
+
+    One guard serves any number of sessions and queries at once. Setup mistakes fail at construction
+    (``TypeError``, or ``GuardSetupError``: a budget Claude Code cannot feed, ``max_cost_usd`` without
+    ``cost``); a tool name in ``limits``, ``exempt``, ``read_only`` or ``destructive`` that Claude Code does
+    not offer fails when the CLI lists its tools, out of the query.
+    """
+
+    def __init__(
+        self,
+        policy: Policy | None = None,
+        *,
+        store: StateStore | None = None,
+        cost: CostOf | None = None,
+        fail_closed: bool = False,
+        **settings: Any,
+    ) -> None:
+        self.policy: Policy = policy_from(policy, settings, owner=_OWNER)
+        """The settings; the counts live in ``store``."""
+        if self.policy.max_model_seconds is not None:
+            raise GuardSetupError(
+                "Policy(max_model_seconds=...) could never trip: Claude Code reports no model-call time to its "
+                "hooks. Leave it None, and bound a turn by its model calls (max_model_calls), Claude Code's own "
+                "ClaudeAgentOptions(max_turns=...), or a timeout of your own around the query"
+            )
+        check_feeds(
+            self.policy,
+            can={Feed.OUTCOMES, Feed.MODEL_CALLS} | ({Feed.COST} if cost is not None else set()),
+            owner=_OWNER,
+            how={
+                Feed.COST: f"{_OWNER}(..., cost=TokenPrices(input_usd_per_million, output_usd_per_million)), or "
+                "use Claude Code's own ClaudeAgentOptions(max_budget_usd=...)"
+            },
+        )
+        self.store: StateStore = store if store is not None else MemoryStore()
+        """Where each session's ``GuardState`` lives, keyed by ``state.session_key(session_id)``."""
+        self.cost = cost
+        self.fail_closed = fail_closed
+        self._flights: OrderedDict[str, Flight] = OrderedDict()
+        self.result_turns: OrderedDict[str, str] = OrderedDict()
+        """The turn (``prompt_id``) each ``ResultMessage`` this process saw ended, by its ``uuid`` (the last 1024)."""
+
+    # -- wiring it into the SDK ----------------------------------------------------------------------------
+
+    def hooks(self, extra: Mapping[HookEvent, list[HookMatcher]] | None = None) -> dict[HookEvent, list[HookMatcher]]:
+        """The ``hooks=`` of ``ClaudeAgentOptions``: the guard's, followed by ``extra`` (your own hooks).
+
+        Claude Code runs the matchers of one event concurrently: a hook of yours that denies a call the guard
+        let through leaves it counted as run (it was decided; only its outcome is missing).
+        """
+        ours: dict[HookEvent, list[HookMatcher]] = {
+            "UserPromptSubmit": [HookMatcher(hooks=[self._hook(self.on_user_prompt_submit)])],
+            "PreToolUse": [HookMatcher(hooks=[self._hook(self.on_pre_tool_use)])],
+            "PostToolUse": [HookMatcher(hooks=[self._hook(self.on_post_tool_use)])],
+            "PostToolUseFailure": [HookMatcher(hooks=[self._hook(self.on_post_tool_use_failure)])],
+        }
+        for event, matchers in (extra or {}).items():
+            ours[event] = [*ours.get(event, []), *matchers]
+        return ours
+
+    def options(self, options: ClaudeAgentOptions | None = None) -> ClaudeAgentOptions:
+        """``options`` (default: ``ClaudeAgentOptions()``) with the guard's hooks added to its own."""
+        options = options if options is not None else ClaudeAgentOptions()
+        return replace(options, hooks=self.hooks(options.hooks))
+
+    def transport(self, options: ClaudeAgentOptions | None = None, *, inner: Transport | None = None) -> Transport:
+        """The transport to pass the SDK with ``options``: the SDK's own subprocess transport to the CLI (or
+        ``inner``), watched by the guard (``stream.GuardedTransport``). One per query or client.
+
+        With ``cost``, it turns on the CLI's partial messages (for each response's output tokens) and keeps
+        them from you unless ``options.include_partial_messages`` asked for them; an ``inner`` transport of
+        your own is used as it is (then the output tokens are the ones a response's first line reports).
+        """
+        options = options if options is not None else ClaudeAgentOptions()
+        if inner is None:
+            from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITransport
+
+            configured = options
+            if self.cost is not None and not options.include_partial_messages:
+                configured = replace(configured, include_partial_messages=True)
+            if configured.can_use_tool is not None and not configured.permission_prompt_tool_name:
+                # As query() and ClaudeSDKClient do for their own transport (claude_agent_sdk/types.py:2383).
+                configured = replace(configured, permission_prompt_tool_name="stdio")
+            inner = SubprocessCLITransport(prompt="", options=configured)
+        return GuardedTransport(self, inner, show_partial=options.include_partial_messages)
+
+    def query(self, *, prompt: str, options: ClaudeAgentOptions | None = None) -> AsyncIterator[Message]:
+        """The SDK's ``query()`` with the guard: its hooks in ``options``, its transport."""
+        return query(prompt=prompt, options=self.options(options), transport=self.transport(options))
+
+    def client(self, options: ClaudeAgentOptions | None = None) -> ClaudeSDKClient:
+        """The SDK's ``ClaudeSDKClient`` with the guard (``async with guard.client(options) as client: ...``)."""
+        return ClaudeSDKClient(options=self.options(options), transport=self.transport(options))
+
+    async def stop_of(self, session: ResultMessage | str, turn_id: str | None = None) -> Stop | None:
+        """``state.stop_of(self, session, turn_id)``: how the guard ended a turn of the session, or ``None``."""
+        return await stop_of(self, session, turn_id)
+
+    # -- the hooks ----------------------------------------------------------------------------------------
+
+    async def on_user_prompt_submit(self, event: Mapping[str, Any]) -> HookJSONOutput:
+        """Fires when a user prompt starts a turn (``prompt_id``): fresh per-turn counts. Returns ``{}``.
+
+        Claude Code may fire it twice for one prompt; the same ``prompt_id`` again changes nothing.
+        """
+        session, turn_id = str(event["session_id"]), _turn(event)
+        flight = self._flights.get(session)
+        if flight is not None:
+            async with flight.lock:
+                if turn_id is not None and turn_id == flight.turn_id:
+                    return allow()
+                flight.start(turn_id)
+        await self._update(session, lambda state: self.policy.start_turn(state, turn_id=turn_id), None)
+        return allow()
+
+    async def on_pre_tool_use(self, event: Mapping[str, Any]) -> HookJSONOutput:
+        """Fires before each tool call: returns ``{}`` to let it go on (Claude Code's permissions still apply),
+        or a deny with the refusal's text (the tool does not run; the model reads it), with ``continue_: False``
+        when the turn stops (see the module's docstring for when each rule is checked)."""
+        session, turn_id = str(event["session_id"]), _turn(event)
+        tool_use_id, name, arguments = (
+            str(event.get("tool_use_id") or ""),
+            str(event["tool_name"]),
+            event.get("tool_input"),
+        )
+        flight = self._flights.get(session)
+        if flight is None:
+            logger.error("repeat_hooks_claude_agent_sdk: %s", NO_TRANSPORT)
+            return deny(Stop(message=NO_TRANSPORT, reason=StopReason.REPEATED_CALL))
+        if flight.broken is not None:
+            return deny(Stop(message=f"repeat-hooks: {flight.broken}", reason=StopReason.REPEATED_CALL))
+        async with flight.lock:
+            block = flight.find(tool_use_id, arguments, answered=False)
+            if block is None:
+                # Not streamed in this process: a call deferred by a PreToolUse hook (permissionDecision
+                # "defer") and delivered again when the session resumes. Its decision is in the store.
+                call = tool_call(name, arguments, tool_use_id or None, flight.hints.get(name))
+                decided = await self._update(
+                    session, lambda state: self.policy.decide_tool_call(state, call, turn_id=turn_id), self._down()
+                )
+                return deny(decided) if decided is not None else allow()
+            if not block.decided:
+                await self._decide(session, turn_id, flight, block)
+            block.answered = True
+            return deny(block.decision) if block.decision is not None else allow()
+
+    async def on_post_tool_use(self, event: Mapping[str, Any]) -> HookJSONOutput:
+        """Fires after a tool ran and succeeded: keeps its outcome and what the model reads of its result
+        (``tool_response``), recorded when the next model response comes. Returns ``{}``."""
+        await self._outcome(event, ok=True, result=result_view(event.get("tool_response")))
+        return allow()
+
+    async def on_post_tool_use_failure(self, event: Mapping[str, Any]) -> HookJSONOutput:
+        """Fires after a tool failed (it raised, or an MCP tool answered ``isError``): keeps the failure and its
+        error text (what the model reads), recorded when the next model response comes. Returns ``{}``."""
+        await self._outcome(event, ok=False, result=event.get("error"))
+        return allow()
+
+    # -- helpers ------------------------------------------------------------------------------------------
+
+    def flight(self, session_id: str, hints: dict[str, Hints]) -> Flight:
+        """The current turn of ``session_id`` as seen by the transport that holds ``hints`` (made if new)."""
+        flight = self._flights.get(session_id)
+        if flight is None:
+            flight = self._flights[session_id] = Flight(hints=hints)
+            if len(self._flights) > MAX_SESSIONS:
+                self._flights.popitem(last=False)
+        else:
+            self._flights.move_to_end(session_id)
+            flight.hints = hints
+        return flight
+
+    def note_result(self, uuid: Any, turn_id: str | None) -> None:
+        """The transport saw the ``ResultMessage`` ``uuid`` end turn ``turn_id``: ``stop_of`` reads that turn."""
+        if isinstance(uuid, str) and turn_id is not None:
+            self.result_turns[uuid] = turn_id
+            if len(self.result_turns) > MAX_SESSIONS:
+                self.result_turns.popitem(last=False)
+
+    async def _decide(self, session: str, turn_id: str | None, flight: Flight, block: Block) -> None:
+        """Decide ``block`` with the calls of its response streamed before it and not yet decided; at a new
+        response, first record the previous one and check the stop rules."""
+        batch = flight.batch(block)
+        calls = [known.call for known in batch]
+        policy = self.policy
+        if block.response == flight.current:
+
+            def change(state: GuardState) -> list[Refusal | Stop | None]:
+                return list(policy.decide_tool_calls(state, calls, turn_id=turn_id))
+
+        else:
+            previous, outcomes = flight.current, list(flight.pending)
+            cost = self._cost_of(flight.usage.get(previous)) if previous is not None else 0.0
+            flight.pending.clear()
+            flight.next_response(block.response)
+
+            def change(state: GuardState) -> list[Refusal | Stop | None]:
+                for outcome in outcomes:
+                    policy.record_tool_result(
+                        state, outcome.call, ok=outcome.ok, result=outcome.result, turn_id=turn_id
+                    )
+                if previous is not None:
+                    policy.record_model_call(state, cost_usd=cost, turn_id=turn_id)
+                stop = policy.decide_model_call(state, turn_id=turn_id)
+                if stop is not None:
+                    return [stop] * len(calls)
+                return list(policy.decide_tool_calls(state, calls, turn_id=turn_id))
+
+        fallback: list[Refusal | Stop | None] = [self._down()] * len(calls)
+        decisions = await self._update(session, change, fallback)
+        for known, decision in zip(batch, decisions, strict=True):
+            known.decided, known.decision = True, decision
+            if isinstance(decision, Stop):
+                flight.stop = decision
+
+    async def _outcome(self, event: Mapping[str, Any], *, ok: bool, result: Any) -> None:
+        session, turn_id = str(event["session_id"]), _turn(event)
+        flight = self._flights.get(session)
+        if flight is None:
+            return
+        tool_use_id, name, arguments = (
+            str(event.get("tool_use_id") or ""),
+            str(event["tool_name"]),
+            event.get("tool_input"),
+        )
+        block = flight.find(tool_use_id, arguments, answered=True)
+        if block is not None:
+            block.settled = True
+            flight.pending.append(Outcome(block.call, ok, result))
+            return
+        call = tool_call(name, arguments, tool_use_id or None, flight.hints.get(name))
+        await self._update(
+            session,
+            lambda state: self.policy.record_tool_result(state, call, ok=ok, result=result, turn_id=turn_id),
+            None,
+        )
+
+    def _down(self) -> Refusal | None:
+        """The decision of a call when the store failed: refused with ``fail_closed``, else let through."""
+        return Refusal(message=STORE_DOWN, reason=StopReason.REPEATED_CALL) if self.fail_closed else None
+
+    def _cost_of(self, usage: Mapping[str, Any] | None) -> float:
+        if self.cost is None or usage is None:
+            return 0.0
+        return float(self.cost(usage_for_cost(usage)))
+
+    async def _update(self, session: str, change: Callable[[GuardState], T], fallback: T) -> T:
+        """One atomic change of the session's state; ``fallback`` when the store fails (logged)."""
+        try:
+            return await self.store.update(session_key(session), change)
+        except StoreUnavailable:
+            logger.exception("repeat_hooks_claude_agent_sdk: the store failed for session %s", session)
+            return fallback
+
+    @staticmethod
+    def _hook(method: Callable[[Mapping[str, Any]], Awaitable[HookJSONOutput]]) -> HookCallback:
+        async def callback(event: HookInput, tool_use_id: str | None, context: HookContext) -> HookJSONOutput:
+            return await method(event)
+
+        callback.__name__ = method.__name__
+        return callback
+
+
+def _turn(event: Mapping[str, Any]) -> str | None:
+    """The turn id of a hook call: its ``prompt_id`` (absent for a deferred call delivered again on resume)."""
+    turn_id = event.get("prompt_id")
+    return turn_id if isinstance(turn_id, str) and turn_id else None

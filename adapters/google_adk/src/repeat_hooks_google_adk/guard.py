@@ -1,0 +1,474 @@
+"""``RepeatGuardPlugin``: the guard as an ADK Runner plugin.
+
+One plugin instance serves every session and invocation of its runner, concurrently. It holds no
+counters: each callback reads the session's ``GuardState`` (see ``state``), applies one verb of the
+``Policy`` and writes the state back through ADK's state delta. A turn is one invocation: the
+invocation id is the turn id, so sub-agents, ``transfer_to_agent`` and a resumed invocation all count
+in the same turn, and the next ``run_async`` starts a new one. An agent used as a tool (``AgentTool``)
+runs a nested Runner with an invocation of its own inside the call: it counts in the caller's turn.
+The only things kept in the process are per model response and per call in flight (the tools the
+model was offered, the decisions of a response's calls until each call's callback takes its own,
+whether a call was refused; the enclosing turn, in a context variable of the call's task) and a cache
+of the state last written, by identity (``state.ParsedStates``).
+
+Which callback does what:
+
+- ``before_model_callback``: a stop ends the turn with a text-only ``LlmResponse``: the final event
+  the caller sees (``event.is_final_response()``), with ``custom_metadata["repeat_hooks_stop"]`` set to
+  the stop reason. The model is not called. At the first model call, checks the tool names the policy
+  names against the agent tree's tools.
+- ``after_model_callback``: counts the model call, its seconds and its cost (``usage_metadata``), when
+  the policy has a budget that needs them.
+- ``on_event_callback``: the model's response, on its way to the session (ADK appends it before any of
+  its calls runs): decides all its function calls as one batch (``Policy.decide_tool_calls``), so no
+  result of the batch restarts another's count, however ADK then runs them, and writes the state of
+  the model call and its calls into that event's delta (one write a response). Also makes an event's
+  delta carry the latest guard state (parallel calls).
+- ``before_tool_callback``: hands back the call's decision; a refusal is returned as the tool's
+  response (``{"error": <refusal text>}``), so the tool does not run and the model reads the text.
+- ``after_tool_callback`` / ``on_tool_error_callback``: the outcome and the result as the model reads
+  it (``calls.model_view``), for the error and progress rules.
+- ``before_run_callback``: checks the setup once per invocation (see ``RepeatGuardPlugin``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from google.adk.agents.base_agent import BaseAgent
+from google.adk.agents.callback_context import CallbackContext
+from google.adk.agents.llm_agent import LlmAgent
+from google.adk.agents.readonly_context import ReadonlyContext
+from google.adk.events.event import Event
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.adk.plugins.base_plugin import BasePlugin
+from google.adk.tools.agent_tool import AgentTool
+from google.adk.tools.base_tool import BaseTool
+from google.genai import types
+
+from repeat_hooks import (
+    Clock,
+    CostOf,
+    Feed,
+    GuardSetupError,
+    GuardState,
+    HookPoint,
+    Policy,
+    Refusal,
+    Stop,
+    ToolCall,
+    batch_call_ids,
+    check_feeds,
+    check_tool_names,
+    error_text,
+    policy_from,
+)
+from repeat_hooks.clock import monotonic
+
+from .calls import function_response, mcp_is_error, model_view, tool_call
+from .state import STATE_KEY, ParsedStates
+
+if TYPE_CHECKING:
+    from google.adk.agents.invocation_context import InvocationContext
+    from google.adk.tools.tool_context import ToolContext
+
+FailureCheck = Callable[[dict[str, Any]], bool]
+"""Says whether a tool's response dict reports a failure (for tools that return errors instead of raising)."""
+
+STOP_METADATA = "repeat_hooks_stop"
+"""The ``custom_metadata`` key of the guard's final event: the stop reason (``"ignored_refusals"``, ...)."""
+_OWNER = "RepeatGuardPlugin"
+_BOUND = 4096
+"""Entries kept in process per kind (model calls timed, responses' tools, undelivered decisions)."""
+
+_enclosing_turn: ContextVar[str | None] = ContextVar("repeat_hooks_enclosing_turn", default=None)
+"""The turn of the tool call running in this task: an agent used as a tool (``AgentTool``) runs a
+nested Runner inside the call, with an invocation id of its own, which belongs to the caller's turn."""
+
+
+class RepeatGuardPlugin(BasePlugin):
+    """The loop guard for an ADK ``Runner``: ``App(..., plugins=[RepeatGuardPlugin()])``.
+
+    ``policy`` is the settings: a ``Policy``, or the settings as keywords
+    (``RepeatGuardPlugin(max_calls=2, max_refusals=3)``), or nothing for the default ``Policy()``; so
+    ``adk web --extra_plugins repeat_hooks_google_adk.RepeatGuardPlugin`` (which builds it with
+    ``name=`` only) guards the agent with the default. A ``StopRepeatedCalls`` is refused: the state is
+    kept in each session.
+
+    ``cost`` turns a response's ``usage_metadata`` into dollars (``cost=TokenPrices(0.3, 2.5)``), for
+    ``max_cost_usd``; ``clock`` times model calls, for ``max_model_seconds``; ``is_failure`` says whether
+    a tool's response dict reports a failure (tools that raise, and MCP results with ``isError``, are
+    failures anyway). ``check_tools=False`` skips the check of the tool names the policy names (for
+    tools that only appear after the first model call). ``state_key`` is the session-state key.
+
+    Misuse fails loudly: at construction (``TypeError`` or ``repeat_hooks.GuardSetupError``), a policy
+    argument that is not one, a limit that could never trip (``max_cost_usd`` without ``cost``,
+    ``max_model_seconds`` without ``clock``), a ``state_key`` ADK would validate or drop; at the start of
+    each invocation, two guard plugins on one state key, or a ``RunConfig.max_llm_calls`` lower than
+    ``max_model_calls`` (ADK would raise first); at the first model call, a tool name in ``limits``,
+    ``exempt``, ``read_only`` or ``destructive`` that none of the agent tree's tools has. ADK re-raises
+    what a plugin raises as a ``RuntimeError`` naming the plugin, with the guard's message in it, out of
+    ``run_async``.
+    """
+
+    def __init__(
+        self,
+        policy: Policy | None = None,
+        *,
+        cost: CostOf | None = None,
+        clock: Clock | None = monotonic,
+        is_failure: FailureCheck | None = None,
+        check_tools: bool = True,
+        state_key: str = STATE_KEY,
+        name: str = "repeat_hooks",
+        **settings: Any,
+    ) -> None:
+        super().__init__(name=name)
+        self.policy: Policy = policy_from(policy, settings, owner=_OWNER)
+        """The settings; the counters live in each session's state."""
+        can = {Feed.OUTCOMES, Feed.MODEL_CALLS}
+        if cost is not None:
+            can.add(Feed.COST)
+        if clock is not None:
+            can.add(Feed.SECONDS)
+        check_feeds(
+            self.policy,
+            can=can,
+            owner=_OWNER,
+            how={
+                Feed.COST: f"{_OWNER}(..., cost=TokenPrices(input_usd_per_million, output_usd_per_million))",
+                Feed.SECONDS: f"{_OWNER}(..., clock=repeat_hooks.clock.monotonic) (the default)",
+            },
+        )
+        if ":" not in state_key or state_key.startswith("temp:"):
+            raise GuardSetupError(
+                f"repeat-hooks: state_key={state_key!r} must hold a ':' (ADK validates plain keys against an agent's "
+                "state_schema) and must not start with 'temp:' (ADK does not persist those); e.g. 'repeat_hooks:guard'"
+            )
+        self.cost = cost
+        self.clock = clock
+        self.is_failure = is_failure
+        self.check_tools = check_tools
+        self.state_key = state_key
+        points = self.policy.hook_points()
+        self._records_outcomes = HookPoint.POST_TOOL_CALL in points
+        self._records_model_calls = HookPoint.POST_LLM_CALL in points
+        self._names_tools = any(
+            getattr(self.policy, setting) for setting in ("limits", "exempt", "read_only", "destructive")
+        )
+        self._checked_trees: set[int] = set()
+        self._started: dict[int, float] = {}
+        self._offered: OrderedDict[tuple[str, str], dict[str, BaseTool]] = OrderedDict()
+        self._decided: OrderedDict[tuple[str, str], list[_Decided]] = OrderedDict()
+        self._states = ParsedStates()
+        self._calls: weakref.WeakKeyDictionary[ToolContext, _Call] = weakref.WeakKeyDictionary()
+
+    # -- setup checks --------------------------------------------------------------------------
+
+    async def before_run_callback(self, *, invocation_context: InvocationContext) -> types.Content | None:
+        """Fires once when an invocation starts (and again when one resumes): checks the setup.
+
+        Raises ``GuardSetupError`` for a second guard plugin on the same state key (every call would be
+        counted twice) and for ``RunConfig.max_llm_calls`` below ``max_model_calls``. Returns ``None``:
+        the turn itself starts lazily, at the first callback that sees the new invocation id.
+        """
+        guards = [
+            plugin
+            for plugin in invocation_context.plugin_manager.plugins
+            if isinstance(plugin, RepeatGuardPlugin) and plugin.state_key == self.state_key
+        ]
+        if len(guards) > 1:
+            raise GuardSetupError(
+                f"repeat-hooks: {len(guards)} RepeatGuardPlugins share the session-state key {self.state_key!r} "
+                f"({', '.join(repr(p.name) for p in guards)}): every call would be counted twice. Register one "
+                "RepeatGuardPlugin, on the Runner or on the App, not both."
+            )
+        run_config = invocation_context.run_config
+        max_llm_calls = run_config.max_llm_calls if run_config is not None else 0
+        limit = self.policy.max_model_calls
+        if limit is not None and 0 < max_llm_calls < limit:
+            raise GuardSetupError(
+                f"repeat-hooks: Policy(max_model_calls={limit}) can never trip: RunConfig(max_llm_calls="
+                f"{max_llm_calls}) raises LlmCallsLimitExceededError first. Lower max_model_calls to "
+                f"{max_llm_calls} or less, or raise max_llm_calls."
+            )
+        return None
+
+    async def _check_tool_names(self, context: CallbackContext) -> None:
+        """Once per agent tree: every tool the policy names is one of the tree's tools (toolsets listed)."""
+        if not self.check_tools or not self._names_tools or _enclosing_turn.get() is not None:
+            return  # nothing named, or a nested run (its caller's tree, which holds it, was checked)
+        agent = context._invocation_context.agent
+        if not isinstance(agent, BaseAgent):
+            return  # an ADK 2.x workflow node: no agent tree to list (not checked)
+        root = agent.root_agent
+        if id(root) in self._checked_trees:
+            return
+        names = await _tool_names(root, context)
+        check_tool_names(self.policy, names, owner=_OWNER)
+        if len(self._checked_trees) >= _BOUND:
+            self._checked_trees.clear()
+        self._checked_trees.add(id(root))
+
+    # -- model ---------------------------------------------------------------------------------
+
+    async def before_model_callback(
+        self, *, callback_context: CallbackContext, llm_request: LlmRequest
+    ) -> LlmResponse | None:
+        """Fires before each model call. Returns ``None`` to let it happen, or, when the turn must stop,
+        the final text-only response (the stop message): the model is not called and the agent's turn
+        ends with it. Raises ``GuardSetupError`` at the first model call for a tool name the policy names
+        that the agent tree does not have."""
+        await self._check_tool_names(callback_context)
+        turn_id = turn_of(callback_context.invocation_id)
+        state = self._load(callback_context)
+        stop = self.policy.decide_model_call(state, turn_id=turn_id)  # numbers the response
+        if stop is not None:
+            self._states.write(callback_context, state, self.state_key)
+            return stop_response(stop)
+        offered = (callback_context.invocation_id, callback_context.agent_name)
+        _bounded_put(self._offered, offered, llm_request.tools_dict)
+        # on_event_callback writes it into the response's event (on_model_error_callback, on an error).
+        self._states.stage(callback_context, state, self.state_key)
+        if self._records_model_calls and self.clock is not None:
+            if len(self._started) >= _BOUND:
+                del self._started[next(iter(self._started))]
+            self._started[id(callback_context.actions)] = self.clock()
+        return None
+
+    async def after_model_callback(
+        self, *, callback_context: CallbackContext, llm_response: LlmResponse
+    ) -> LlmResponse | None:
+        """Fires after each model response; a streamed call's partial chunks are skipped, its final
+        response counts once. Records the call with its seconds and its cost, when the policy has a
+        budget that needs them. Returns ``None``."""
+        if llm_response.partial or not self._records_model_calls:
+            return None
+        seconds = 0.0
+        if self.clock is not None:
+            started = self._started.pop(id(callback_context.actions), None)
+            if started is not None:
+                seconds = max(self.clock() - started, 0.0)
+        cost = 0.0
+        if self.cost is not None and llm_response.usage_metadata is not None:
+            cost = self.cost(llm_response.usage_metadata)
+        state = self._load(callback_context)
+        self.policy.record_model_call(
+            state, seconds=seconds, cost_usd=cost, turn_id=turn_of(callback_context.invocation_id)
+        )
+        self._states.stage(callback_context, state, self.state_key)  # on_event_callback writes it
+        return None
+
+    async def on_model_error_callback(
+        self, *, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception
+    ) -> LlmResponse | None:
+        """Fires when a model call raises: forgets its start time and writes the state. Returns ``None``
+        (ADK raises the error, unless another plugin or callback answers it)."""
+        self._started.pop(id(callback_context.actions), None)
+        self._states.write(callback_context, self._load(callback_context), self.state_key)
+        return None
+
+    # -- events --------------------------------------------------------------------------------
+
+    async def on_event_callback(self, *, invocation_context: InvocationContext, event: Event) -> Event | None:
+        """Fires for each event before the session service appends it (ADK holds the agent until then).
+
+        For the model's response, decides all its function calls as one batch before any of them runs
+        and writes the state (the model call counted, and the calls) into the event's delta; each
+        call's ``before_tool_callback`` then hands back its decision. For an event carrying the guard's
+        state, makes it the latest one: ADK merges the deltas of parallel calls key by key, which could
+        persist a mix of two calls' writes. Returns ``None`` (the event, changed in place)."""
+        content = event.content
+        if not event.partial and content is not None and content.role == "model":
+            tools = self._offered.pop((invocation_context.invocation_id, event.author), None)
+            if tools is not None:  # the response to a model call this plugin let through
+                self._respond(invocation_context, event, tools)
+                return None
+        delta = event.actions.state_delta
+        if self.state_key in delta:
+            latest = invocation_context.session.state.get(self.state_key)
+            if latest is not None:
+                delta[self.state_key] = latest
+        return None
+
+    def _respond(self, invocation_context: InvocationContext, event: Event, tools: dict[str, BaseTool]) -> None:
+        """The model's response event: its calls decided as one batch, the state written into its delta."""
+        session = invocation_context.session
+        state = self._states.read(session, self.state_key)
+        calls = event.get_function_calls()
+        if calls:
+            batch = [tool_call(tools.get(str(call.name)), call.args, call.id, name=call.name) for call in calls]
+            invocation_id = invocation_context.invocation_id
+            decisions = self.policy.decide_tool_calls(state, batch, turn_id=turn_of(invocation_id))
+            for call, call_id, refusal in zip(batch, batch_call_ids(batch), decisions, strict=True):
+                decided = _Decided(call=replace(call, call_id=call_id), refusal=refusal)
+                _bounded_append(self._decided, (invocation_id, str(call.call_id)), decided)
+        self._states.write_event(session, event, state, self.state_key)
+
+    # -- tools ---------------------------------------------------------------------------------
+
+    async def before_tool_callback(
+        self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
+    ) -> dict[str, Any] | None:
+        """Fires before each tool call (parallel calls: once each). Returns ``None`` to let it run, or
+        ``{"error": <refusal text>}``: ADK then skips the tool and hands the model that response.
+
+        A call of a model response hands back the decision its batch got (``on_event_callback``); any
+        other call (one ADK replays when an invocation resumes) is decided here."""
+        turn_id = turn_of(tool_context.invocation_id)
+        decided = self._claim(tool_context, tool.name, tool_args)
+        if decided is not None:
+            call, refusal = decided.call, decided.refusal
+        else:
+            call = tool_call(tool, tool_args, tool_context.function_call_id)
+            state = self._load(tool_context)
+            refusal = self.policy.decide_tool_call(state, call, turn_id=turn_id)
+            if refusal is not None or isinstance(tool, AgentTool):
+                # An AgentTool's nested Runner starts from a copy of this session's state: the count must be in it.
+                self._states.write(tool_context, state, self.state_key)
+            else:
+                # The call runs: its outcome callback writes the state into this same event's delta.
+                # Siblings running in parallel read the staged state meanwhile.
+                self._states.stage(tool_context, state, self.state_key)
+        self._calls[tool_context] = _Call(call=call, refused=refusal is not None)
+        if refusal is not None:
+            return {"error": refusal.message}
+        _enclosing_turn.set(turn_id)  # this call's task only: ADK runs each call in a task of its own
+        return None
+
+    async def after_tool_callback(
+        self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext, result: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Fires after each tool call, refused ones included (those are not recorded again): records the
+        outcome and, as the result, what the model reads of it (``model_view``: the function response
+        dict; for an MCP tool without its ``meta``). A failure is an MCP result with ``isError: true`` or
+        a response ``is_failure`` says is one. Returns ``None``: the response is left as it is."""
+        if not self._records_outcomes:
+            return None  # the policy uses no outcome (count="per_turn", no failure rule)
+        ok = not mcp_is_error(result, tool)
+        if ok and self.is_failure is not None:
+            ok = not self.is_failure(function_response(result))
+        self._record(tool_context, ok, model_view(result, tool))
+        return None
+
+    async def on_tool_error_callback(
+        self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext, error: Exception
+    ) -> dict[str, Any] | None:
+        """Fires when a tool raises (or its name is unknown): records a failure, with the error's type and
+        text as its result. Returns ``None``, so ADK goes on as it would without the guard (another plugin
+        or callback may answer the error; if none does, ADK raises it out of the invocation). A cancelled
+        call is not recorded."""
+        if isinstance(error, asyncio.CancelledError):
+            return None
+        self._record(tool_context, False, error_text(error))
+        return None
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _load(self, context: CallbackContext) -> GuardState:
+        return self._states.read(context.session, self.state_key)
+
+    def _claim(self, tool_context: ToolContext, name: str, arguments: dict[str, Any]) -> _Decided | None:
+        """The batch decision of this call, taken out of the undelivered ones: by its id and, for an id the
+        response used more than once, by its tool and arguments."""
+        key = (tool_context.invocation_id, str(tool_context.function_call_id))
+        decided = self._decided.get(key)
+        if not decided:
+            return None
+        index = next(
+            (i for i, d in enumerate(decided) if d.call.name == name and d.call.arguments == arguments),
+            next((i for i, d in enumerate(decided) if d.call.name == name), 0),
+        )
+        claimed = decided.pop(index)
+        if not decided:
+            del self._decided[key]
+        return claimed
+
+    def _record(self, tool_context: ToolContext, ok: bool, result: Any) -> None:
+        # Only calls this plugin decided get an outcome, and once: not a refused call (ADK runs the after
+        # callbacks on the refusal too), not one another plugin answered before us, and not twice when an
+        # error callback answered an error (ADK then runs the after callbacks as well).
+        call = self._calls.get(tool_context)
+        if call is None or call.refused or call.settled or not self._records_outcomes:
+            return
+        call.settled = True
+        state = self._load(tool_context)
+        self.policy.record_tool_result(
+            state, call.call, ok=ok, result=result, turn_id=turn_of(tool_context.invocation_id)
+        )
+        self._states.write(tool_context, state, self.state_key)
+
+
+@dataclass
+class _Decided:
+    """A call of a model response, decided with its batch, until its ``before_tool_callback`` takes it."""
+
+    call: ToolCall
+    """The call as its batch decided it (its id as ``batch_call_ids`` gave it)."""
+    refusal: Refusal | None
+
+
+@dataclass
+class _Call:
+    """One call in flight, from ``before_tool_callback`` to its outcome (kept with its ``ToolContext``)."""
+
+    call: ToolCall
+    refused: bool
+    settled: bool = field(default=False)
+
+
+def _bounded_put(entries: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+    entries[key] = value
+    entries.move_to_end(key)
+    if len(entries) > _BOUND:
+        entries.popitem(last=False)
+
+
+def _bounded_append(entries: OrderedDict[Any, list[Any]], key: Any, value: Any) -> None:
+    entries.setdefault(key, []).append(value)
+    if len(entries) > _BOUND:
+        entries.popitem(last=False)
+
+
+async def _tool_names(root: BaseAgent, context: ReadonlyContext) -> set[str]:
+    """The names of every tool in the agent tree under ``root``, as its models call them (toolsets listed,
+    prefixes applied), agents used as tools included; ``transfer_to_agent`` where agents have sub-agents."""
+    names: set[str] = set()
+    seen: set[int] = set()
+    pending: list[BaseAgent] = [root]
+    while pending:
+        agent = pending.pop()
+        if id(agent) in seen:
+            continue
+        seen.add(id(agent))
+        pending.extend(agent.sub_agents)
+        if agent.sub_agents:
+            names.add("transfer_to_agent")
+        if isinstance(agent, LlmAgent):
+            for tool in await agent.canonical_tools(context):
+                names.add(tool.name)
+                if isinstance(tool, AgentTool):
+                    pending.append(tool.agent)
+    return names
+
+
+def turn_of(invocation_id: str) -> str:
+    """The turn of a callback of invocation ``invocation_id``: that id, or, inside a nested run of an agent
+    used as a tool, the id of the turn whose tool call runs it."""
+    enclosing = _enclosing_turn.get()
+    return enclosing if enclosing is not None else invocation_id
+
+
+def stop_response(stop: Stop) -> LlmResponse:
+    """The response that ends a turn: the stop message as the model's text, the reason in ``custom_metadata``."""
+    return LlmResponse(
+        content=types.Content(role="model", parts=[types.Part(text=stop.message)]),
+        custom_metadata={STOP_METADATA: stop.reason.value},
+    )

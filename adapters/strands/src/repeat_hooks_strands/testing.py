@@ -1,0 +1,244 @@
+"""A testing aid: a scripted ``strands.models.Model`` that drives Strands' real agent loop offline, with no API
+key, and the conformance kit's ``Driver`` for Strands.
+
+Not for production. The tests of this package, the example and the benchmark use it; so can yours::
+
+    model = ScriptedModel(then=keep_calling("track_parcel", {"tracking_number": "FR-7731"}))
+    agent = Agent(model=model, tools=[track_parcel], hooks=[RepeatGuardHooks(max_calls=2)], callback_handler=None)
+    result = agent("Keep checking FR-7731")
+    model.calls              # how many model calls reached the model
+    tool_results(agent)      # the tool results the conversation holds, as the model reads them
+
+A reply is a text (the model's answer, which ends the turn) or a sequence of ``tool_use(...)`` blocks (one
+response asking for those calls; Strands runs them concurrently by default). The model streams each reply
+as Strands' providers do (``messageStart``, content blocks, ``messageStop``, then ``metadata`` with the
+response's ``usage`` and ``metrics``).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from strands import Agent
+from strands.models.model import Model
+from strands.tools.decorator import DecoratedFunctionTool
+from strands.tools.decorator import tool as strands_tool
+from strands.types.content import Messages
+from strands.types.streaming import StreamEvent
+from strands.types.tools import ToolSpec, ToolUse
+
+from repeat_hooks.testing import Scenario, Tool, ToolBox, TurnOutcome, call_id, response
+
+from .guard import RepeatGuardHooks
+from .state import stop_of
+
+T = TypeVar("T", bound=BaseModel)
+
+Reply = str | Sequence[ToolUse]
+"""One model response: a text answer, or the tool uses it asks for."""
+Script = Callable[["ScriptedModel", Messages], Reply]
+"""Makes the next response from the conversation (and the model, for fresh ids and the call count)."""
+
+
+def tool_use(name: str, arguments: Mapping[str, Any] | None = None, call_id: str | None = None) -> ToolUse:
+    """A ``toolUse`` block; ``call_id=None`` gives it a fresh id when the model answers (``call_1``, ...)."""
+    use: dict[str, Any] = {"name": name, "input": dict(arguments or {})}
+    if call_id is not None:
+        use["toolUseId"] = call_id
+    return use  # type: ignore[return-value]
+
+
+def keep_calling(name: str, arguments: Mapping[str, Any], parallel: int = 1) -> Script:
+    """A script that calls ``name`` with ``arguments`` in every response, ``parallel`` calls at a time, forever."""
+
+    def script(model: ScriptedModel, messages: Messages) -> Reply:
+        return [tool_use(name, arguments) for _ in range(parallel)]
+
+    return script
+
+
+class ScriptedModel(Model):
+    """A Strands ``Model`` that answers from a script and records every request (a testing aid).
+
+    ``replies`` are used first, in order; after them, ``then`` makes each response (``None``: the model
+    answers ``"Done."``). ``input_tokens`` and ``output_tokens`` are each response's reported usage.
+    ``record_requests=False`` keeps no copy of the conversation per call (for benchmarks).
+    """
+
+    def __init__(
+        self,
+        *replies: Reply | Script,
+        then: Script | None = None,
+        input_tokens: int = 100,
+        output_tokens: int = 20,
+        call_id_prefix: str = "call",
+        record_requests: bool = True,
+    ) -> None:
+        self.replies: list[Reply | Script] = list(replies)
+        self.then = then
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.call_id_prefix = call_id_prefix
+        self.record_requests = record_requests
+        self.calls = 0
+        """How many model calls reached the model."""
+        self.requests: list[Messages] = []
+        """The conversation each call received (copies), oldest first."""
+        self._ids = itertools.count(1)
+        self._config: dict[str, Any] = {"model_id": "scripted"}
+
+    def update_config(self, **model_config: Any) -> None:
+        """Merge ``model_config`` into the configuration."""
+        self._config.update(model_config)
+
+    def get_config(self) -> dict[str, Any]:
+        """The configuration (``{"model_id": "scripted"}``)."""
+        return self._config
+
+    def new_call_id(self) -> str:
+        """A fresh tool-use id: ``call_1``, ``call_2``, ... (the prefix is ``call_id_prefix``)."""
+        return f"{self.call_id_prefix}_{next(self._ids)}"
+
+    async def structured_output(
+        self, output_model: type[T], prompt: Messages, system_prompt: str | None = None, **kwargs: Any
+    ) -> AsyncGenerator[dict[str, T | Any], None]:
+        """Not scripted: Strands asks for structured output through a tool, which a script can call."""
+        raise NotImplementedError("ScriptedModel answers structured output through the structured output tool")
+        yield {}  # pragma: no cover
+
+    async def stream(
+        self,
+        messages: Messages,
+        tool_specs: list[ToolSpec] | None = None,
+        system_prompt: str | None = None,
+        **kwargs: Any,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """Fires for each model call: records the conversation and streams the scripted reply."""
+        self.calls += 1
+        if self.record_requests:
+            self.requests.append(copy.deepcopy(messages))
+        reply = self._next_reply(messages)
+        yield {"messageStart": {"role": "assistant"}}
+        if isinstance(reply, str):
+            yield {"contentBlockDelta": {"delta": {"text": reply}}}
+            yield {"contentBlockStop": {}}
+            stop = "end_turn"
+        else:
+            for use in reply:
+                identifier = use.get("toolUseId")
+                if identifier is None:
+                    identifier = self.new_call_id()
+                yield {"contentBlockStart": {"start": {"toolUse": {"toolUseId": identifier, "name": use["name"]}}}}
+                yield {"contentBlockDelta": {"delta": {"toolUse": {"input": json.dumps(use.get("input", {}))}}}}
+                yield {"contentBlockStop": {}}
+            stop = "tool_use"
+        yield {"messageStop": {"stopReason": stop}}  # type: ignore[typeddict-item]
+        usage = {
+            "inputTokens": self.input_tokens,
+            "outputTokens": self.output_tokens,
+            "totalTokens": self.input_tokens + self.output_tokens,
+        }
+        yield {"metadata": {"usage": usage, "metrics": {"latencyMs": 1}}}  # type: ignore[typeddict-item]
+
+    def _next_reply(self, messages: Messages) -> Reply:
+        if self.replies:
+            reply = self.replies.pop(0)
+            return reply(self, messages) if callable(reply) else reply
+        if self.then is not None:
+            return self.then(self, messages)
+        return "Done."
+
+
+def tool_results(agent: Agent, since: int = 0) -> list[str]:
+    """The tool results in ``agent.messages[since:]``, in order, as the text the model reads (a result that
+    is not one text block as its JSON)."""
+    texts: list[str] = []
+    for message in agent.messages[since:]:
+        for block in message["content"]:
+            result = block.get("toolResult")
+            if result is None:
+                continue
+            content = result["content"]
+            if len(content) == 1 and "text" in content[0]:
+                texts.append(content[0]["text"])
+            else:
+                texts.append(json.dumps(content, sort_keys=True, default=str))
+    return texts
+
+
+def final_text(agent: Agent) -> str:
+    """The text of the conversation's last message (after a turn: the final text the caller got)."""
+    if not agent.messages:
+        return ""
+    return "".join(block.get("text", "") for block in agent.messages[-1]["content"])
+
+
+# -- the conformance kit's driver -------------------------------------------------------------------------
+
+
+class Driver:
+    """Runs a ``repeat_hooks.testing`` scenario on Strands' real agent loop (the kit's ``Driver`` for Strands).
+
+    One ``Agent`` with the scenario's tools (``@tool`` functions taking ``query``; a kit tool's ``read_only``
+    is carried as Strands carries MCP's: ``tool_spec["annotations"]["readOnlyHint"]``), a ``ScriptedModel``
+    answering the scenario's script, ``RepeatGuardHooks(scenario.policy, **options)`` in its hooks, and
+    Strands' default (concurrent) tool executor unless ``tool_executor`` is given; one conversation, one
+    ``agent(message)`` per user turn. A tool raising ``ToolFailed`` is an error result Strands makes
+    itself (``Error: ToolFailed - ...``). What the model saw is read from ``agent.messages``; the stop
+    through ``stop_of``.
+    """
+
+    def __init__(self, *, tool_executor: Any = None, **options: Any) -> None:
+        self.tool_executor = tool_executor
+        self.options = options
+        """More ``RepeatGuardHooks`` options (``cost=``, ``clock=``, ...)."""
+
+    def run(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
+        """Run every turn of ``scenario`` in one conversation of a fresh agent; one outcome per turn."""
+        where = {"turn": 0, "step": 0}
+
+        def script(model: ScriptedModel, messages: Messages) -> Reply:
+            turn, step = where["turn"], where["step"]
+            where["step"] += 1
+            reply = response(scenario, turn, step)
+            if isinstance(reply, str):
+                return reply
+            return [
+                tool_use(call.tool, {"query": call.query}, call_id(turn, step, index, call))
+                for index, call in enumerate(reply)
+            ]
+
+        extra: dict[str, Any] = {}
+        if self.tool_executor is not None:
+            extra["tool_executor"] = self.tool_executor
+        agent = Agent(
+            model=ScriptedModel(then=script, record_requests=False),
+            tools=[kit_tool(box, tool) for tool in scenario.tools],
+            hooks=[RepeatGuardHooks(scenario.policy, **self.options)],
+            callback_handler=None,
+            **extra,
+        )
+        outcomes: list[TurnOutcome] = []
+        for number, turn in enumerate(scenario.turns):
+            where["turn"], where["step"] = number, 0
+            start = len(agent.messages)
+            agent(turn.message)
+            outcomes.append(TurnOutcome(final=final_text(agent), stop=stop_of(agent), seen=tool_results(agent, start)))
+        return outcomes
+
+
+def kit_tool(box: ToolBox, tool: Tool) -> DecoratedFunctionTool[..., Any]:
+    """A kit tool as a Strands ``@tool`` taking ``query``; its ``read_only`` as the spec's ``readOnlyHint``."""
+
+    def run(query: str) -> Any:
+        return box.run(tool.name, query)
+
+    decorated: DecoratedFunctionTool[..., Any] = strands_tool(name=tool.name, description=tool.description)(run)
+    if tool.read_only is not None:
+        decorated.tool_spec = {**decorated.tool_spec, "annotations": {"readOnlyHint": tool.read_only}}
+    return decorated

@@ -1,0 +1,41 @@
+"""The conformance kit's scenarios on the real Claude Code CLI (the SDK's bundled one), the model scripted."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from repeat_hooks_claude_agent_sdk.testing import Driver
+
+from repeat_hooks.testing import SCENARIOS, Scenario, ToolBox, check, scenario
+
+
+@pytest.mark.parametrize("case", SCENARIOS, ids=lambda case: case.name)
+def test_conformance(case: Scenario) -> None:
+    box = ToolBox(case)
+    check(case, box, Driver().run(case, box))
+
+
+class TimedBox(ToolBox):
+    """The kit's tool box, noting when each run started (``time.monotonic()``)."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        super().__init__(scenario)
+        self.started: list[float] = []
+
+    def run(self, name: str, query: str) -> Any:
+        self.started.append(time.monotonic())
+        return super().run(name, query)
+
+
+def test_one_response_is_one_batch_while_claude_code_runs_its_calls_as_they_stream() -> None:
+    """The model streams A, B, C, A, A slowly: Claude Code runs A before C has even arrived, and still the 3rd A
+    is refused, as if the five had been decided together (B and C may change things, but not for their siblings)."""
+    parallel = scenario("parallel_calls_are_one_batch")
+    box = TimedBox(parallel)
+    driver = Driver(delay=0.15)
+    check(parallel, box, driver.run(parallel, box))
+    assert driver.api is not None
+    first_response = next(r for r in driver.api.requests if "answered_at" in r and r["body"].get("tools"))
+    assert box.started[0] < first_response["answered_at"] - 0.3  # the first call ran 2+ blocks before the end

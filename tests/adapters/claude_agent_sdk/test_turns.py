@@ -1,0 +1,112 @@
+"""What a user of the Claude Agent SDK sees: the text the model reads for a refusal, a stop that ends the turn
+with its message in the caller's result, the next turn counting afresh, a model's own answer left alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cas_parcels import REFUSAL, SEED_004, STOPPED, TRACK, TRACKED, allowed, call, carrier, converse, scripted
+from repeat_hooks_claude_agent_sdk import RepeatGuardHooks, read_state, stop_of
+from repeat_hooks_claude_agent_sdk.testing import FakeMessagesAPI, tool_results
+
+from repeat_hooks import StopReason
+
+
+async def test_seed_004_the_model_reads_each_refusal_and_the_caller_gets_the_stop(tmp_path: Path) -> None:
+    parcels = carrier()
+    model = scripted({"Keep checking FR-7731": [call("track_parcel")] * 20, "Once more": [call("track_parcel")]})
+    guard = RepeatGuardHooks(**SEED_004)
+    with FakeMessagesAPI(model) as api:
+        first, second = await converse(
+            guard,
+            api,
+            tmp_path,
+            ["Keep checking FR-7731", "Once more"],
+            mcp_servers={"parcels": parcels.server},
+            allowed_tools=allowed("track_parcel"),
+        )
+    requests = api.model_requests()
+
+    # Turn 1: two runs; the 3rd, 4th and 5th calls are refused, and the model reads the refusal as the call's
+    # error result; at the 6th response the turn ends: no 7th model call.
+    assert parcels.count("track_parcel") == 3
+    assert [tool_results(request) for request in requests[1:6]] == [
+        [TRACKED],
+        [TRACKED],
+        [REFUSAL],
+        [REFUSAL],
+        [REFUSAL],
+    ]
+    refused = requests[3]["messages"][-1]["content"][0]
+    assert refused["is_error"] is True
+    assert refused["content"].startswith(f"PreToolUse:{TRACK} hook error: {REFUSAL}")
+    assert first.seen == [TRACKED, TRACKED, REFUSAL, REFUSAL, REFUSAL, STOPPED]
+
+    # The caller's result says the turn was stopped by a hook, and carries the stop message as its text.
+    result = first.result
+    assert (result.subtype, result.is_error, result.terminal_reason) == ("success", False, "hook_stopped")
+    assert result.result == STOPPED
+    stop = await stop_of(guard, result)
+    assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS and stop.message == STOPPED
+
+    # Turn 2 (the same session): the model reads the stop in its history; the count starts afresh.
+    assert len(requests) == 6 + 2
+    history = requests[6]["messages"]
+    assert any(STOPPED in str(message["content"]) for message in history)
+    assert second.seen == [TRACKED] and second.result.result == "done"
+    assert await stop_of(guard, second.result) is None
+    state = await read_state(guard, second.result)
+    assert state is not None and state.turn.number == 2
+    turn_ids = [event.turn_id for event in state.events if event.kind == "stop"]
+    assert len(turn_ids) == 1 and await guard.stop_of(result.session_id, turn_ids[0]) == stop
+    assert await stop_of(guard, result.session_id) is None  # the latest turn, the second, was not stopped
+
+
+async def test_a_model_that_answers_keeps_its_answer(tmp_path: Path) -> None:
+    """Claude Code has no hook before a model call: the stop rules are checked when the model asks for a tool.
+    A response that answers ends the turn as the model wrote it, even past a budget. And the guard never
+    grants a call: a tool outside allowed_tools stays denied by Claude Code (dontAsk)."""
+    parcels = carrier()
+    model = scripted(
+        {"Where is FR-7731?": [call("track_parcel"), call("track_parcel")], "Order one": [call("place_order")]},
+        then="It is in Lyon.",
+    )
+    guard = RepeatGuardHooks(max_model_calls=2)
+    with FakeMessagesAPI(model) as api:
+        answered, ordered = await converse(
+            guard,
+            api,
+            tmp_path,
+            ["Where is FR-7731?", "Order one"],
+            mcp_servers={"parcels": parcels.server},
+            allowed_tools=allowed("track_parcel"),
+        )
+    assert len(api.model_requests()) == 3 + 2
+    assert answered.result.result == "It is in Lyon." and answered.result.terminal_reason == "completed"
+    assert await stop_of(guard, answered.result) is None
+    assert parcels.count("track_parcel") == 2
+    assert parcels.count("place_order") == 0
+    assert len(ordered.seen) == 1 and not ordered.seen[0].startswith("Refused")
+
+
+async def test_a_stop_denies_the_calls_of_its_response_and_ends_the_turn(tmp_path: Path) -> None:
+    """The 3rd response asks for two calls past max_model_calls=2: neither runs, and no model call follows."""
+    parcels = carrier()
+    both = [*call("track_parcel"), *call("parcel_history")]
+    model = scripted({"Check FR-7731": [call("track_parcel"), call("parcel_history"), both]})
+    guard = RepeatGuardHooks(max_model_calls=2)
+    with FakeMessagesAPI(model) as api:
+        (turn,) = await converse(
+            guard,
+            api,
+            tmp_path,
+            ["Check FR-7731"],
+            mcp_servers={"parcels": parcels.server},
+            allowed_tools=allowed("track_parcel", "parcel_history"),
+        )
+    assert len(api.model_requests()) == 3
+    assert (parcels.count("track_parcel"), parcels.count("parcel_history")) == (1, 1)
+    stop = await stop_of(guard, turn.result)
+    assert stop is not None and stop.reason is StopReason.MAX_STEPS
+    assert turn.result.result == stop.message and turn.result.terminal_reason == "hook_stopped"
+    assert turn.seen[:2] == [TRACKED, "FR-7731: 3 scans"] and turn.seen[2] == stop.message

@@ -1,0 +1,27 @@
+"""The core's conformance scenarios, each on rc11's real agent loop (scripted model at the provider seam)."""
+
+from __future__ import annotations
+
+import pytest
+from repeat_hooks_mistral.testing import Driver
+
+from repeat_hooks.testing import SCENARIOS, Scenario, ToolBox, check, scenario
+
+SUPPORTED = [item for item in SCENARIOS if item.name not in Driver.UNSUPPORTED]
+
+
+@pytest.mark.parametrize("scenario", SUPPORTED, ids=[item.name for item in SUPPORTED])
+def test_conformance(scenario: Scenario) -> None:
+    box = ToolBox(scenario)
+    check(scenario, box, Driver().run(scenario, box))
+
+
+def test_unsupported_scenarios_are_the_sdk_s_own_limits() -> None:
+    """rc11 refuses a response that uses one call id twice: the turn fails before any hook or tool runs."""
+    assert set(Driver.UNSUPPORTED) == {"one_call_id_for_different_calls"}
+    duplicate = scenario("one_call_id_for_different_calls")
+    box = ToolBox(duplicate)
+
+    with pytest.raises(RuntimeError, match="duplicate model tool call ID 'call_0'"):
+        Driver().run(duplicate, box)
+    assert box.runs == {"track_parcel": 0}
