@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
+MAX_NAME_CHARS = 1_000
+"""Tool names and ids longer than this are kept as their first 960 characters and a digest of the whole."""
 MAX_ARGUMENT_CHARS = 1_000_000
 """Argument text longer than this is digested as it is, without parsing it as JSON."""
 
@@ -52,10 +54,10 @@ class ToolCall:
         # The state keeps names and ids as text: an int id must not come back as another value, and a lone
         # surrogate must not make the state unwritable.
         name = self.name
-        if type(name) is not str or not name.isascii():
+        if type(name) is not str or not name.isascii() or len(name) > MAX_NAME_CHARS:
             object.__setattr__(self, "name", as_text(name))
         call_id = self.call_id
-        if call_id is not None and (type(call_id) is not str or not call_id.isascii()):
+        if call_id is not None and (type(call_id) is not str or not call_id.isascii() or len(call_id) > MAX_NAME_CHARS):
             object.__setattr__(self, "call_id", as_text(call_id))
         for hint in ("read_only", "destructive", "idempotent"):
             value = getattr(self, hint)
@@ -65,7 +67,8 @@ class ToolCall:
 
 def as_text(value: Any) -> str:
     """``value`` as text that JSON can always write and read back the same: ``str(value)`` (or its type's
-    name if that raises), with lone surrogates written as ``\\udXXX`` escapes. Ids and names go through it."""
+    name if that raises), with lone surrogates written as ``\\udXXX`` escapes, and at most ``MAX_NAME_CHARS``
+    long (distinct long values stay distinct). Ids and names go through it."""
     text: str
     if type(value) is str:
         text = value
@@ -74,12 +77,14 @@ def as_text(value: Any) -> str:
             text = str.__str__(str(value))  # str.__str__: a plain str, even from a str subclass
         except Exception:
             text = f"<{_type_name(value)}>"
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > MAX_NAME_CHARS:
+        digest = hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+        text = f"{text[:960]}~{digest}"
     return text
 
 

@@ -153,13 +153,16 @@ def read_trajectories(path: Path) -> Iterator[Trajectory]:
             first = text.readline(MAX_LINE_CHARS + 1)
             while first and not first.strip():
                 first = text.readline(MAX_LINE_CHARS + 1)
+            if not first:
+                print(f"repeat-hooks: {path}: no records (an empty file)", file=sys.stderr)
+                return
             try:
                 json.loads(first)
                 lines: Iterator[str | None] | None = _chain(first, text)
             except (ValueError, RecursionError):
                 lines = None
-            if lines is None:  # one JSON document over several lines
-                yield from _document(first, text, seen)
+            if lines is None:  # one JSON document over several lines, or JSON Lines with a bad first line
+                yield from _document(first, text, seen, raw)
             else:
                 yield from _json_lines(lines, raw, seen)
         except (EOFError, OSError, UnicodeError, zlib.error) as error:
@@ -181,23 +184,34 @@ class _Seen:
         print(f"repeat-hooks: {self.path}: {problem}", file=sys.stderr)
 
 
-def _document(first: str, text: IO[str], seen: _Seen) -> Iterator[Trajectory]:
+def _document(first: str, text: IO[str], seen: _Seen, raw: IO[bytes]) -> Iterator[Trajectory]:
+    rest = text.read(MAX_DOCUMENT_CHARS + 1 - len(first))
+    whole = first + rest
     try:
-        whole = first + text.read(MAX_DOCUMENT_CHARS + 1 - len(first))
         if len(whole) > MAX_DOCUMENT_CHARS:
             raise ValueError(f"one JSON document over {MAX_DOCUMENT_CHARS} characters: use JSON Lines")
         document = json.loads(whole)
-    except RecursionError:
-        seen.report("not JSON Lines, nor one JSON document: nested too deep")
-        return
-    except ValueError as error:
-        seen.report(f"not JSON Lines, nor one JSON document: {error}")
+    except (ValueError, RecursionError) as error:
+        lines = rest.splitlines(keepends=True)
+        if any(_is_json(line) for line in lines[:20]):  # JSON Lines whose first line is bad: name it, go on
+            yield from _json_lines(iter([first, *lines]), raw, seen)
+            return
+        why = "nested too deep" if isinstance(error, RecursionError) else str(error)
+        seen.report(f"not JSON Lines, nor one JSON document: {why}")
         return
     for index, record in enumerate(_records(document)):
         try:
             yield parse_record(record, f"{seen.path.name}:{index}")
         except MalformedRecord as error:
             seen.report(f"record {index}: {error}")
+
+
+def _is_json(line: str) -> bool:
+    try:
+        json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return bool(line.strip())
 
 
 def _json_lines(lines: Iterator[str | None], raw: IO[bytes], seen: _Seen) -> Iterator[Trajectory]:

@@ -124,10 +124,10 @@ class TokenPrices:
         for name in ("input_usd_per_million", "output_usd_per_million", "cached_input_usd_per_million"):
             price = getattr(self, name)
             if price is not None and not (isinstance(price, (int, float)) and math.isfinite(price) and price >= 0):
-                raise ValueError(f"token_prices: {name}={price!r} must be a finite price >= 0 US dollars")
+                raise ValueError(f"TokenPrices: {name}={price!r} must be a finite price >= 0 US dollars")
         if self.input_usd_per_million + self.output_usd_per_million <= 0:
             raise ValueError(
-                "token_prices: input_usd_per_million and output_usd_per_million are both 0, so max_cost_usd "
+                "TokenPrices: input_usd_per_million and output_usd_per_million are both 0, so max_cost_usd "
                 "could never trip"
             )
 

@@ -100,7 +100,18 @@ def check_budgets(
 ) -> None:
     """``check_feeds`` for the usual adapter, whose guard takes ``cost=`` and ``clock=``: ``feeds`` is what it
     always feeds; a ``cost`` feeds ``max_cost_usd`` and a ``clock`` feeds ``max_model_seconds``, and the
-    message for a missing one names that keyword (``owner(..., cost=TokenPrices(...))``)."""
+    message for a missing one names that keyword (``owner(..., cost=TokenPrices(...))``). A ``cost`` that is
+    not callable, or a ``clock`` that is not, raises ``TypeError`` with the right spelling."""
+    if cost is not None and not callable(cost):
+        raise TypeError(
+            f"{owner}(cost=...) takes a CostOf, a function of one response's usage, such as "
+            f"TokenPrices(input_usd_per_million, output_usd_per_million); got {type(cost).__name__}"
+        )
+    if clock is not None and not callable(clock):
+        raise TypeError(
+            f"{owner}(clock=...) takes a Clock, a function returning seconds, such as "
+            f"repeat_hooks.clock.monotonic; got {type(clock).__name__}"
+        )
     can = set(feeds)
     if cost is not None:
         can.add(Feed.COST)

@@ -11,6 +11,7 @@ makes a second delivery harmless); ``record_*`` records what happened; ``start_t
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import logging
 import math
@@ -21,7 +22,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, PrivateAttr, SecretBytes, field_serializer, field_validator, model_validator
 
-from .call import ToolCall, as_text, batch_call_ids, call_key
+from .call import MAX_NAME_CHARS, ToolCall, as_text, batch_call_ids, call_key
 from .decision import GuardEvent, Refusal, RefusalKind, Stop
 from .messages import REFUSAL_MESSAGES, REPEAT_MESSAGES, STOP_MESSAGES, TURN_ENDED, check_template, render
 from .result import UNKNOWN_OUTCOME, outcome_digest
@@ -123,6 +124,18 @@ class Policy(WholeModel):
             raise ValueError("must be at least 16 bytes (secrets.token_bytes(32)): a short key can be guessed")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _name_the_setting(cls, data: Any) -> Any:
+        """A misspelt setting: name the closest real one (``max_cals`` -> ``max_calls``)."""
+        if isinstance(data, dict):
+            for name in data:
+                if name not in cls.model_fields:
+                    close = difflib.get_close_matches(str(name), list(cls.model_fields), n=1)
+                    hint = f"; did you mean {close[0]}?" if close else ""
+                    raise ValueError(f"{name} is not a setting{hint} (the settings are Policy's fields)")
+        return data
+
     @field_validator("refusal_message")
     @classmethod
     def _check_refusal_message(cls, value: str | None) -> str | None:
@@ -195,7 +208,7 @@ class Policy(WholeModel):
 
         ``None`` always starts a new turn. Returns nothing.
         """
-        if turn_id is not None and type(turn_id) is not str:
+        if turn_id is not None and (type(turn_id) is not str or not turn_id.isascii() or len(turn_id) > MAX_NAME_CHARS):
             turn_id = as_text(turn_id)
         if turn_id is None or turn_id != state.turn.id:
             state.start(turn_id)
@@ -213,10 +226,14 @@ class Policy(WholeModel):
         if turn_id is not None and (type(turn_id) is not str or turn_id != turn.id):
             turn = _enter(state, turn_id)
         name = call.name
+        if turn.batch == turn.responses:  # this response's calls were decided as a batch: find this one's
+            found = self._from_batch(state, turn, call)
+            if found is not None:
+                return found[0]
         scoped = _scoped(turn, call.call_id) if call.call_id else None
         if scoped is not None:
             seen = state.deliveries.get(scoped)
-            if seen is not None and seen.tool == name and seen.key == self._key(call):
+            if seen is not None and seen.tool == name and not seen.settled and seen.key == self._key(call):
                 return self._refusal(seen.tool, seen.number, RefusalKind(seen.why)) if seen.refused else None
         if name in self.exempt:
             return None
@@ -260,16 +277,22 @@ class Policy(WholeModel):
     ) -> list[Refusal | None]:
         """One model response's calls, decided as one batch before any of them runs; one decision per call.
 
-        No result of the batch can restart another's count, however the SDK then runs them. A ``call_id``
-        used twice in the batch is told apart by position (``batch_call_ids``); an empty one is no id. A later
-        ``decide_tool_call`` of one of these calls (same id, as ``batch_call_ids`` gives it) returns its decision.
+        No result of the batch can restart another's count, however the SDK then runs them. A later
+        ``decide_tool_call`` of one of these calls (in the same response) returns its decision and counts nothing:
+        it is found by its ``call_id``, or, for calls without one or sharing one, by its tool and arguments, each
+        batch decision taken once, in order.
         """
-        _enter(state, turn_id)
+        turn = _enter(state, turn_id)
         ids = batch_call_ids(calls)
-        return [
-            Policy.decide_tool_call(self, state, call if call.call_id == call_id else replace(call, call_id=call_id))
-            for call, call_id in zip(calls, ids, strict=True)
+        turn.batch = -1  # decided afresh, not looked up in an earlier batch of this response
+        decisions = [
+            Policy.decide_tool_call(
+                self, state, call if ident and call.call_id == ident else replace(call, call_id=ident or f"#{index}")
+            )
+            for index, (call, ident) in enumerate(zip(calls, ids, strict=True))
         ]
+        turn.batch = turn.responses
+        return decisions
 
     def record_tool_result(
         self,
@@ -407,6 +430,30 @@ class Policy(WholeModel):
 
     # -- helpers --------------------------------------------------------------------------------------
 
+    def _from_batch(self, state: GuardState, turn: Turn, call: ToolCall) -> tuple[Refusal | None] | None:
+        """This call's decision from the batch of this response: ``(decision,)``, or ``None`` if the batch did
+        not hold it. A call with a unique id is found by it; one without an id, or sharing it, takes the first
+        batch decision of the same call not taken yet (all taken: a second delivery, the first decision)."""
+        scope = f"@{turn.number}.{turn.responses}"
+        ident = call.call_id or ""
+        key = self._key(call)
+        first: Delivery | None = None
+        for stored, seen in state.deliveries.items():
+            if seen.key != key or seen.tool != call.name or not stored.endswith(scope):
+                continue
+            head = stored[: -len(scope)]
+            if head != ident and not head.startswith(f"{ident}#"):
+                continue
+            if first is None:
+                first = seen
+            if not seen.taken:
+                state.deliveries[stored] = seen._replace(taken=True)
+                first = seen
+                break
+        if first is None:
+            return None
+        return (self._refusal(first.tool, first.number, RefusalKind(first.why)) if first.refused else None,)
+
     def _adopt_key(self, state: GuardState) -> None:
         """A state first met under this policy's ``digest_key``: take it if it holds no digests yet, else refuse
         it loudly (its digests were made under another key, or none, and would never match again)."""
@@ -431,14 +478,14 @@ class Policy(WholeModel):
             return count > limit, RefusalKind.REPEAT, count
         restart = mark.changes != turn.changes
         count = self._count(turn, key, restart)
-        if restart:
-            turn.marks[key] = mark._replace(changes=turn.changes)
+        if restart:  # something changed since: its count, and its runs with no stable result, start again
+            mark = turn.marks[key] = mark._replace(changes=turn.changes, opaque=0)
+        elif mark.ok is True and self._writes_once(call):
+            return True, RefusalKind.DUPLICATE_WRITE, count
         if self.max_opaque_runs is not None and mark.opaque >= self.max_opaque_runs:
             return True, RefusalKind.OPAQUE, mark.opaque
         if count > limit:
             return True, RefusalKind.FAILURE if mark.ok is False and not restart else RefusalKind.REPEAT, count
-        if mark.ok is True and not restart and self._writes_once(call):
-            return True, RefusalKind.DUPLICATE_WRITE, count
         return False, RefusalKind.REPEAT, count
 
     def _key(self, call: ToolCall) -> str:
@@ -603,7 +650,7 @@ def _enter(state: GuardState, turn_id: Any) -> Turn:
     """The one turn-change path: a ``turn_id`` (as text) other than the current turn's starts that turn."""
     turn = state.turn
     if turn_id is not None:
-        if type(turn_id) is not str or not turn_id.isascii():
+        if type(turn_id) is not str or not turn_id.isascii() or len(turn_id) > MAX_NAME_CHARS:
             turn_id = as_text(turn_id)
         if turn_id != turn.id:
             state.start(turn_id)
@@ -631,7 +678,7 @@ def _scoped(turn: Turn, call_id: str | None) -> str | None:
 
 def _seen_before(state: GuardState, delivery_id: Any) -> bool:
     """The one de-duplication path for outcomes and model calls: ``True`` if ``delivery_id`` was seen."""
-    if type(delivery_id) is not str or not delivery_id.isascii():
+    if type(delivery_id) is not str or not delivery_id.isascii() or len(delivery_id) > MAX_NAME_CHARS:
         delivery_id = as_text(delivery_id)
     if delivery_id in state.deliveries:
         return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, NamedTuple
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
@@ -31,12 +32,19 @@ class Delivery(NamedTuple):
     """Its outcome was recorded (``post_tool_call``)."""
     why: str = ""
     """For a refused call, the ``RefusalKind`` value of the rule that refused it."""
+    taken: bool = False
+    """A call decided with its batch: a later per-call decision of it has taken this decision."""
 
 
 SEEN = Delivery(tool="", key="", number=0, refused=False, settled=True)
 """What the ``delivery_id`` of an outcome or a model call is remembered as: only that it was seen matters."""
 
 _TURN_FIELDS = frozenset(Turn.model_fields) - {"id", "number"}
+_SETTINGS = frozenset(
+    {"max_calls", "match", "count", "limits", "exempt", "read_only", "max_refusals", "max_model_calls"}
+    | {"max_cost_usd", "max_model_seconds", "max_errors_in_a_row", "window", "destructive", "digest_key"}
+)
+"""Policy settings (by name; the state cannot import the policy): given to a GuardState, they are a mistake."""
 
 
 class GuardState(WholeModel):
@@ -62,12 +70,25 @@ class GuardState(WholeModel):
     @classmethod
     def _migrate(cls, data: Any) -> Any:
         """A 0.1 state kept the turn's counters at the top level (``turn`` was its number): nest them."""
+        if isinstance(data, dict) and any(name in _SETTINGS for name in data):
+            settings = sorted(name for name in data if name in _SETTINGS)
+            raise ValueError(
+                f"{', '.join(settings)}: a GuardState holds one conversation's counts, not settings: give "
+                "them to the Policy (Policy(...), or the adapter's guard)"
+            )
         if isinstance(data, dict) and (isinstance(data.get("turn"), int) or "counts" in data):
             data = dict(data)
             turn = {name: data.pop(name) for name in list(data) if name in _TURN_FIELDS}
             turn["id"] = data.pop("turn_id", None)
             turn["number"] = data.pop("turn", 0)
             data["turn"] = turn
+            deliveries = data.get("deliveries")
+            if isinstance(deliveries, dict):  # 0.1 kept a call's id bare: scope it to the turn and response now
+                scope = f"@{turn['number']}.{turn.get('responses', 0)}"
+                data["deliveries"] = {
+                    (ident + scope if isinstance(seen, list) and len(seen) > 1 and seen[1] else ident): seen
+                    for ident, seen in deliveries.items()
+                }
         return data
 
     def start(self, turn_id: str | None) -> None:
@@ -109,6 +130,9 @@ def load_state(stored: str | bytes | bytearray | dict[str, Any] | GuardState | N
         return GuardState()
     if isinstance(stored, GuardState):
         return stored
+    held = getattr(stored, "state", None)
+    if isinstance(held, GuardState):  # a StopRepeatedCalls
+        return held
     if isinstance(stored, (str, bytes, bytearray)) and len(stored) > MAX_STATE_CHARS:
         raise StateCorrupt(
             f"the stored guard state is {len(stored)} characters long, more than any state the guard writes "
@@ -116,8 +140,13 @@ def load_state(stored: str | bytes | bytearray | dict[str, Any] | GuardState | N
         )
     try:
         if isinstance(stored, (str, bytes, bytearray)):
-            return GuardState.model_validate_json(stored)
+            state = GuardState.model_validate_json(stored) if b'"state"' not in _head(stored) else None
+            if state is not None:
+                return state
+            return load_state(json.loads(stored))
         if isinstance(stored, dict):
+            if isinstance(stored.get("state"), dict):  # a whole StopRepeatedCalls dump (0.1's or today's)
+                stored = stored["state"]
             return GuardState.model_validate(stored)
     except (ValidationError, ValueError, RecursionError, UnicodeError) as error:
         raise StateCorrupt(
@@ -128,3 +157,9 @@ def load_state(stored: str | bytes | bytearray | dict[str, Any] | GuardState | N
         f"the stored guard state is a {type(stored).__name__}, not JSON or a dict; delete it to start this "
         "conversation's counts afresh"
     )
+
+
+def _head(stored: str | bytes | bytearray) -> bytes:
+    """The first bytes of a stored state, enough to tell a guard's dump (``{"policy": ..., "state": ...}``)."""
+    head = stored[:2048]
+    return head.encode("utf-8", "replace") if isinstance(head, str) else bytes(head)

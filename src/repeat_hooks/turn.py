@@ -63,6 +63,8 @@ class Turn(WholeModel):
     """Model calls let through by ``decide_model_call``; numbers the model's responses."""
     refused_responses: Count = 0
     """Model responses with at least one refused call (what ``max_refusals`` counts)."""
+    batch: Count = -1
+    """The response (``responses``) whose calls ``decide_tool_calls`` decided as a batch; -1 for none."""
     refused_in: Count = -1
     """The response (``responses``) in which the last refusal was counted; -1 for none."""
     last_refused: str | None = None

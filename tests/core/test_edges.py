@@ -208,7 +208,8 @@ def test_hostile_objects_and_odd_ids_never_break_the_guard() -> None:
     assert guard.pre_tool_call(call) is None
     guard.post_tool_call(call, result=Hostile())
     restored = StopRepeatedCalls.model_validate_json(guard.model_dump_json())
-    assert restored.pre_tool_call(ToolCall("42", {"x": Hostile()}, call_id="7")) is None  # the same delivery
+    # its outcome was recorded: the same id again is a new call (an SDK answering call_0 every time), refused
+    assert restored.pre_tool_call(ToolCall("42", {"x": Hostile()}, call_id="7")) is not None
     assert restored.pre_tool_call(ToolCall("42", {"x": Hostile()}, call_id="8")) is not None
 
 

@@ -276,3 +276,23 @@ def test_a_state_written_under_another_key_is_refused_loudly() -> None:
     assert fresh.pre_tool_call(ToolCall("track")) is None  # a new conversation takes the key
     with pytest.raises(ValueError, match="at least 16 bytes"):
         Policy(digest_key=b"short")
+
+
+def test_a_surrogate_turn_id_is_one_turn_from_start_to_end() -> None:
+    guard = StopRepeatedCalls()
+    guard.pre_agent_turn(turn_id="t\udfff")
+    call = ToolCall("track")
+    decisions = [guard.pre_tool_call(call, turn_id="t\udfff") is None for _ in range(3)]
+    assert decisions == [True, True, False] and guard.state.turn.number == 1
+
+
+def test_a_huge_tool_name_keeps_the_state_small_and_loadable() -> None:
+    from repeat_hooks import GuardState
+
+    guard = StopRepeatedCalls()
+    name = "t" * 3_000_000
+    for _ in range(5):
+        guard.pre_tool_call(ToolCall(name, call_id="x" * 2_000_000), turn_id="u" * 2_000_000)
+    saved = guard.state.model_dump_json()
+    assert len(saved) < 50_000 and GuardState.model_validate_json(saved) == guard.state
+    assert ToolCall(name + "a").name != ToolCall(name + "b").name  # long names stay distinct

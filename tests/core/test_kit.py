@@ -206,3 +206,14 @@ def time_now() -> float:
 def test_the_policy_class_itself_is_not_a_policy() -> None:
     with pytest.raises(TypeError, match=r"takes a Policy instance, not the class Policy: pass X\(Policy\(\.\.\.\)\)"):
         policy_from(Policy, owner="X")
+
+
+def test_a_cost_or_clock_that_is_not_a_function_is_refused_at_setup() -> None:
+    from repeat_hooks import check_budgets
+
+    with pytest.raises(TypeError, match=r"X\(cost=\.\.\.\) takes a CostOf.*TokenPrices.*got float"):
+        check_budgets(Policy(max_cost_usd=1.0), owner="X", cost=3.0, clock=None)
+    with pytest.raises(TypeError, match=r"X\(clock=\.\.\.\) takes a Clock"):
+        check_budgets(Policy(), owner="X", cost=None, clock=5)
+    with pytest.raises(ValueError, match=r"^TokenPrices: input_usd_per_million and output"):
+        TokenPrices(0, 0)

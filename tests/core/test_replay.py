@@ -408,3 +408,19 @@ def test_long_policy_labels_are_shortened_in_the_table(tmp_path: Path, capsys: p
     assert head == label[:37] + "..."
     assert main(["replay", str(path)]) == 0
     assert capsys.readouterr().out.splitlines()[0].strip() == "default"
+
+
+def test_a_bad_first_line_of_json_lines_is_named_and_the_rest_replayed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = json.dumps({"id": "a", "turns": [[{"name": "t", "arguments": {}, "result": "x"}]]})
+    for bad in ("not json", "[" * 100_000 + "]" * 100_000):
+        path = tmp_path / "mixed.jsonl"
+        path.write_text(f"{bad}\n{good}\n")
+        assert main(["replay", str(path), "--json"]) == 1
+        out = capsys.readouterr()
+        assert json.loads(out.out)[0]["trajectories"] == 1 and "line 1:" in out.err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main(["replay", str(empty)]) == 0
+    assert "no records" in capsys.readouterr().err

@@ -243,3 +243,32 @@ def test_empty_ids_are_no_ids() -> None:
     call = ToolCall("track", {"n": 1}, call_id="")
     assert [run(guard, call, "in transit") for _ in range(3)] == [True, True, False]
     assert not guard.state.deliveries
+
+
+@pytest.mark.parametrize("ident", [None, "", "call_0"])
+def test_a_batch_then_each_call_decides_once_whatever_the_ids(ident: str | None) -> None:
+    guard = StopRepeatedCalls()
+    guard.pre_agent_turn(turn_id="t")
+    calls = [ToolCall("A", {}, call_id=ident) for _ in range(4)]
+    batch = guard.pre_tool_calls(calls)
+    assert [d is None for d in batch] == [True, True, False, False]
+    assert [guard.pre_tool_call(call) for call in calls] == batch  # each call's own decision, counted once
+    assert list(guard.state.turn.counts.values()) == [4]
+
+
+def test_the_same_id_after_its_outcome_is_a_new_call() -> None:
+    guard = StopRepeatedCalls()  # a model layer answering call_0 every time, and no pre_llm_call at all
+    call = ToolCall("track", {"n": 1}, call_id="call_0")
+    assert [run(guard, call, "in transit") for _ in range(4)] == [True, True, False, False]
+
+
+def test_a_write_refused_once_stays_a_duplicate_write() -> None:
+    guard = StopRepeatedCalls(destructive={"place_order"})
+    order = ToolCall("place_order", {"sku": "box"})
+    assert run(guard, order, receipt(1))
+    kinds = []
+    for _ in range(3):
+        refusal = guard.pre_tool_call(order)
+        assert refusal is not None
+        kinds.append(refusal.kind)
+    assert kinds == [RefusalKind.DUPLICATE_WRITE] * 3

@@ -160,3 +160,25 @@ def test_a_policy_says_which_hook_points_and_figures_it_needs(
     assert {str(feed) for feed in policy.feeds()} == feeds
     if Feed.MODEL_CALLS in policy.feeds():
         assert HookPoint.POST_LLM_CALL in policy.hook_points()
+
+
+def test_call_ids_kept_by_0_1_are_recognised_after_the_upgrade() -> None:
+    guard = StopRepeatedCalls.model_validate_json((DATA / "guard_0_1.json").read_text())
+    # 0.1 decided c1 in turn t1 (and ran it); the same delivery again is recognised, not counted afresh
+    assert any(ident.startswith("c1@") for ident in guard.state.deliveries)
+
+
+def test_load_state_takes_a_whole_guard_dump_too() -> None:
+    from repeat_hooks import load_state
+
+    saved = (DATA / "guard_0_1.json").read_text()
+    assert load_state(saved).turn.id == "t1"
+    assert load_state(StopRepeatedCalls.model_validate_json(saved)).turn.number == 1
+    assert load_state(StopRepeatedCalls().model_dump_json()) == GuardState()
+
+
+def test_settings_given_to_the_state_or_misspelt_name_the_fix() -> None:
+    with pytest.raises(ValidationError, match="a GuardState holds one conversation's counts, not settings"):
+        GuardState(max_calls=2)  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match="max_cals is not a setting; did you mean max_calls"):
+        Policy(max_cals=2)  # type: ignore[call-arg]
