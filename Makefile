@@ -78,7 +78,7 @@ deploy-demo: $(STAMP)
 	$(BIN)/python examples/deploy/run.py
 
 bench: $(STAMP)
-	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done
+	for script in bench/*.py; do [ "$$script" = bench/interleave.py ] && continue; $(BIN)/python $$script || exit 1; done
 
 clean:
 	rm -rf $(VENV) .venv-* mutants .mypy_cache .pytest_cache .ruff_cache

@@ -22,6 +22,7 @@ work, a fraction of a millisecond; the CPU difference between the two is that wo
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import statistics
 import sys
@@ -41,6 +42,7 @@ from claude_agent_sdk import (
     query,
     tool,
 )
+from interleave import ainterleave
 from repeat_hooks_claude_agent_sdk import GuardedTransport, RepeatGuardHooks
 from repeat_hooks_claude_agent_sdk.testing import FakeMessagesAPI, Reply, offline_options, steps, tool_use
 
@@ -142,14 +144,9 @@ async def main() -> None:
             mcp_servers={"parcels": create_sdk_mcp_server("parcels", tools=[track_parcel])},
             allowed_tools=[TOOL],
         )
-        runs = sides(options)
-        for run in runs.values():  # warm up both (the CLI's first start reads its 400 MB binary)
-            await run()
-        figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in runs}
-        names = list(runs)
-        for round_number in range(ROUNDS):
-            for name in names if round_number % 2 == 0 else names[::-1]:
-                figures[name].append(await measure(runs[name]))
+        samples = {name: functools.partial(measure, run) for name, run in sides(options).items()}
+        # Warmed up once each (the CLI's first start reads its 400 MB binary), then alternating which goes first.
+        figures = await ainterleave(samples, ROUNDS)
     print(
         f"Claude Agent SDK {CALLS_PER_TURN} tool calls a turn (one per response), {ROUNDS} interleaved rounds; "
         "per tool call, medians:"

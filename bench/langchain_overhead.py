@@ -3,8 +3,9 @@
 One turn: a scripted chat model asks for 20 tool calls, one per response (all different, so none is
 refused), then answers: 21 model calls, 20 tool runs, through the real graph with an in-memory
 checkpointer. Three agents run the same turn: plain; with a do-nothing middleware that has the same
-hooks as the guard (``before_agent``, ``wrap_model_call``, ``wrap_tool_call``: LangChain's own price
-for any such middleware, a graph node per turn and a traced span per hook call); and with
+hooks as the guard (``before_agent``, ``before_model`` with an end jump, ``wrap_model_call``,
+``wrap_tool_call``: LangChain's own price for any such middleware, a graph node per turn and one per step,
+and a traced span per hook call); and with
 ``RepeatGuardMiddleware``. They are interleaved (rotating which goes first), many rounds; each figure
 is the median of the per-round ratios, so a noisy machine moves all sides alike. Times are this
 process's CPU time (``time.process_time``): with a scripted model the loop is CPU-bound.
@@ -26,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse, ToolCallRequest
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse, ToolCallRequest, hook_config
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -56,6 +57,10 @@ class SameHooks(AgentMiddleware[Any, Any, Any]):
     """The guard's hooks, doing nothing: what LangChain charges any middleware with these hooks."""
 
     def before_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        return None
+
+    @hook_config(can_jump_to=["end"])
+    def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         return None
 
     def wrap_model_call(self, request: ModelRequest[Any], handler: Callable[..., Any]) -> ModelResponse[Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import logging
 import os
@@ -24,6 +25,7 @@ from typing import Any, cast
 
 os.environ.pop("MISTRAL_API_KEY", None)
 
+from interleave import ainterleave, median_ratio
 from mistralai.agents import agents
 from mistralai.vibe.harness.core.protocol import HookToolCall, ProvidedToolCall, ToolSuccessResult
 from mistralai.vibe.harness.runtime.capabilities import (
@@ -102,17 +104,10 @@ async def main() -> None:
         "empty hook": make_agent(model, [EmptyHook()]),
         "guard": make_agent(model, [BenchGuard()]),
     }
-    for _ in range(3):  # warm up every variant
-        for agent in variants.values():
-            await one_turn(agent)
-    cpu: dict[str, list[float]] = {name: [] for name in variants}
-    wall: dict[str, list[float]] = {name: [] for name in variants}
-    order = list(variants)
-    for index in range(args.rounds):
-        for name in order[index % 3 :] + order[: index % 3]:  # rotate which runs first
-            seconds, elapsed = await one_turn(variants[name])
-            cpu[name].append(seconds)
-            wall[name].append(elapsed)
+    samples = {name: functools.partial(one_turn, agent) for name, agent in variants.items()}
+    figures = await ainterleave(samples, args.rounds, warmup=3)  # rotating which runs first
+    cpu = {name: [seconds for seconds, _ in rows] for name, rows in figures.items()}
+    wall = {name: [elapsed for _, elapsed in rows] for name, rows in figures.items()}
     print(f"mistral overhead: {CALLS_PER_TURN} tool calls a turn, {args.rounds} interleaved rounds (medians)")
     for name in variants:
         print(
@@ -120,8 +115,8 @@ async def main() -> None:
             f"   {statistics.median(wall[name]) * 1000:6.1f} ms wall"
         )
     for label, times in (("CPU", cpu), ("wall", wall)):
-        user = statistics.median(g / b for g, b in zip(times["guard"], times["no hook"], strict=True))
-        own = statistics.median(g / e for g, e in zip(times["guard"], times["empty hook"], strict=True))
+        user = median_ratio(times["guard"], times["no hook"])
+        own = median_ratio(times["guard"], times["empty hook"])
         print(f"  {label:4} guard / no hook: {user:.3f}x   guard / empty hook: {own:.3f}x")
     print("  guard / empty hook is the guard's own work (target <= 1.03x); the rest of guard / no hook is")
     print("  what mistralai-agents 1.1 charges for running any hook point (a loop step each).")

@@ -3,7 +3,7 @@
 One turn: a scripted model asks for 20 tool calls, one per response (all different, so none is
 refused), then answers: 21 model calls, 20 tool runs. The same turn runs on the plain agent and on
 ``guard_agent(agent)`` with ``context=GuardState()``. The two are
-interleaved (alternating which goes first), many rounds; the figure is the median of the per-round
+interleaved (alternating which goes first: ``interleave.py``), many rounds; the figure is the median of the per-round
 ratios, so a noisy machine moves both sides alike. Times are this process's CPU time
 (``time.process_time``): with a scripted model the loop is CPU-bound, and other processes on a
 loaded machine then do not count. Target: at most 1.03x.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
+import functools
 import gc
 import pstats
 import statistics
@@ -43,6 +44,7 @@ from agents import (
     set_tracing_disabled,
 )
 from agents.tool_context import ToolContext
+from interleave import ainterleave, median_ratio
 from repeat_hooks_openai_agents import EndTurn, GuardState, RepeatGuardHooks, guard_agent
 from repeat_hooks_openai_agents.testing import ScriptedModel, message, tool_call
 
@@ -182,30 +184,17 @@ def main() -> None:
 
 
 async def interleaved() -> tuple[list[float], list[float], list[float]]:
-    """Plain and guarded turns, alternately first: the time of each plain sample, each guarded one, each ratio."""
-    without, with_guard = plain(), guarded()
-    for _ in range(3):  # warm up both
-        await sample(without)
-        await sample(with_guard)
-    ratios: list[float] = []
-    base_times: list[float] = []
-    guarded_times: list[float] = []
-    for round_number in range(ROUNDS):
-        if round_number % 2:
-            guarded_time = await sample(with_guard)
-            base_time = await sample(without)
-        else:
-            base_time = await sample(without)
-            guarded_time = await sample(with_guard)
-        ratios.append(guarded_time / base_time)
-        base_times.append(base_time)
-        guarded_times.append(guarded_time)
-    return base_times, guarded_times, ratios
+    """Plain and guarded turns, alternately first (``interleave.py``): each plain sample's time, each guarded
+    one's, and each round's ratio."""
+    samples = {"plain": functools.partial(sample, plain()), "guarded": functools.partial(sample, guarded())}
+    times = await ainterleave(samples, ROUNDS, warmup=3)
+    base_times, guarded_times = times["plain"], times["guarded"]
+    return base_times, guarded_times, [g / b for g, b in zip(guarded_times, base_times, strict=True)]
 
 
 def report(own: float, base_times: list[float], guarded_times: list[float], ratios: list[float]) -> None:
     """Prints the figures."""
-    ratio = statistics.median(ratios)
+    ratio = median_ratio(guarded_times, base_times)
     per_turn = statistics.median(base_times) / TURNS_PER_SAMPLE
     added = (ratio - 1) * per_turn / CALLS_PER_TURN
     print(

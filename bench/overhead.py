@@ -1,19 +1,23 @@
 """The cost of ``pre_tool_call`` against its floor, measured side by side in one process.
 
 The floor is what any argument-aware guard must do: ``json.dumps(arguments, sort_keys=True)`` and a
-dict increment. Both run interleaved, many rounds; the figure is the median of per-round ratios, so
-a noisy machine moves both sides alike. Target: at most 1.5x on typical arguments.
+dict increment. Both run interleaved (``interleave.py``: alternating which goes first), many rounds; the
+figure is the median of per-round ratios, so a noisy machine moves both sides alike. Target: at most 1.5x
+on typical arguments.
 
     .venv/bin/python bench/overhead.py
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
+
+from interleave import interleave, median_ratio
 
 from repeat_hooks import StopRepeatedCalls, ToolCall
 
@@ -64,14 +68,11 @@ def main() -> None:
     print(f"pre_tool_call vs floor (json.dumps sort_keys + dict increment), {CALLS} calls x {ROUNDS} rounds")
     for name, arguments in CASES.items():
         base, ours = floor(arguments), guard(arguments)
-        base(), ours()  # warm up
-        ratios, per_call = [], []
-        for _ in range(ROUNDS):
-            b = seconds(base)
-            o = seconds(ours)
-            ratios.append(o / b)
-            per_call.append(o / CALLS * 1e6)
-        ratio, micros = statistics.median(ratios), statistics.median(per_call)
+        times = interleave(
+            {"floor": functools.partial(seconds, base), "guard": functools.partial(seconds, ours)}, ROUNDS
+        )
+        ratio = median_ratio(times["guard"], times["floor"])
+        micros = statistics.median(times["guard"]) / CALLS * 1e6
         print(f"  {name:8s} ratio {ratio:.2f}x  (guard {micros:.2f} us/call, floor {micros / ratio:.2f} us/call)")
 
 

@@ -16,12 +16,12 @@ guarded minus empty.
 from __future__ import annotations
 
 import argparse
-import gc
+import functools
 import logging
 import statistics
-import time
 from typing import Any
 
+from interleave import cpu_seconds, interleave
 from repeat_hooks_strands import RepeatGuardHooks, stop_of
 from repeat_hooks_strands.testing import Reply, ScriptedModel, tool_use
 from strands import Agent, tool
@@ -90,12 +90,13 @@ def make(kind: str) -> Agent:
 def sample(kind: str) -> float:
     """CPU seconds per tool call over ``RUNS_PER_SAMPLE`` runs, each on a fresh agent (a fresh conversation)."""
     agents = [make(kind) for _ in range(RUNS_PER_SAMPLE)]
-    gc.collect()
-    started = time.process_time()
-    for agent in agents:
-        result = agent("Track my 20 parcels")
-        assert str(result).strip() == "All parcels are in transit."
-    elapsed = time.process_time() - started
+
+    def run() -> None:
+        for agent in agents:
+            result = agent("Track my 20 parcels")
+            assert str(result).strip() == "All parcels are in transit."
+
+    elapsed = cpu_seconds(run)
     if kind == "guarded":
         assert all(stop_of(agent) is None for agent in agents)
     return elapsed / (RUNS_PER_SAMPLE * CALLS_PER_RUN)
@@ -107,12 +108,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # Strands warns about nothing here; keep the figures readable
     kinds = ["no hooks", "empty hooks", "guarded"]
-    for kind in kinds:  # warm up
-        sample(kind)
-    times: dict[str, list[float]] = {kind: [] for kind in kinds}
-    for number in range(args.rounds):
-        for kind in kinds[number % 3 :] + kinds[: number % 3]:
-            times[kind].append(sample(kind))
+    times = interleave({kind: functools.partial(sample, kind) for kind in kinds}, args.rounds)
     median = {kind: statistics.median(values) * 1e6 for kind, values in times.items()}
     print(f"Strands agent loop, {CALLS_PER_RUN} tool calls a run, {args.rounds} rounds of {RUNS_PER_SAMPLE} runs")
     print("CPU time per tool call (one model call + one tool run each), median:")

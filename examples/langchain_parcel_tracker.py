@@ -29,7 +29,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.sqlite import SqliteSaver
-from repeat_hooks_langchain import Policy, RepeatGuardMiddleware, guard_state_of, stop_of
+from repeat_hooks_langchain import STATE_KEY, Policy, RepeatGuardMiddleware, guard_state_of, stop_of
 from repeat_hooks_langchain.testing import ScriptedChatModel, call_message
 
 KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GOOGLE_API_KEY", "MISTRAL_API_KEY")
@@ -74,10 +74,11 @@ def make_model(live: bool) -> BaseChatModel:
 
 def turn(agent: Any, text: str, config: Any) -> None:
     """Run one turn (one ``stream`` of the graph), print the refusals as they happen and how it ended."""
-    shown = len(guard_state_of(agent.get_state(config).values).events)
+    before = agent.get_state(config).values
+    shown = len(guard_state_of(before).events) if STATE_KEY in before else 0  # a new thread has no state yet
     for update in agent.stream({"messages": [("user", text)]}, config, stream_mode="updates"):
         for node in update.values():
-            saved = node.get("repeat_guard") if isinstance(node, dict) else None
+            saved = node.get(STATE_KEY) if isinstance(node, dict) else None
             if saved is None:
                 continue
             events = guard_state_of(node).events

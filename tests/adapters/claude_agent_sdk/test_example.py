@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 from services import missing_service  # type: ignore[import-not-found]
+from support.examples import EXAMPLES, assert_seed_004_story
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "claude_agent_sdk_parcel_tracker.py"
+EXAMPLE = EXAMPLES / "claude_agent_sdk_parcel_tracker.py"
 
 
 @dataclass
@@ -51,18 +52,12 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 
 def test_the_example_tells_the_seed_004_story(run: Run) -> None:
-    lines = run.stdout.splitlines()
-    assert lines[0] == "model: scripted, offline"
-    assert lines.count("carrier: tracked FR-7731") == 3
-    assert [line for line in lines if line.startswith("loop breaker:")] == [
-        "loop breaker: refused track_parcel",
-        "loop breaker: refused track_parcel",
-        "loop breaker: refused track_parcel",
-        "loop breaker: ended the turn (ignored_refusals) at model response 6, before its call ran",
-    ]
-    assert "agent (stopped: ignored_refusals): I stopped: I kept calling mcp__parcels__track_parcel" in run.stdout
-    assert "agent (answered): Parcel FR-7731 is still in transit" in run.stdout
-    assert lines[-1] == "calls that reached the carrier: 3"
+    assert_seed_004_story(
+        run.stdout,
+        refused="refused track_parcel",
+        ended="at model response 6, before its call ran",
+        tool="mcp__parcels__track_parcel",
+    )
 
 
 _CONNECT = re.compile(r"\bconnect\((\d+), \{sa_family=(AF_\w+)(.*?)\}")

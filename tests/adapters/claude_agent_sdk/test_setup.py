@@ -21,6 +21,7 @@ from repeat_hooks import (
     StopRepeatedCalls,
     StoreUnavailable,
     TokenPrices,
+    usage_tokens,
 )
 
 
@@ -31,6 +32,29 @@ def test_a_budget_claude_code_cannot_feed_fails_at_construction() -> None:
         RepeatGuardHooks(max_cost_usd=0.5)
     RepeatGuardHooks(max_cost_usd=0.5, cost=TokenPrices(3, 15))
     RepeatGuardHooks(max_model_calls=8, max_errors_in_a_row=3)
+
+
+@pytest.mark.parametrize(
+    ("usage", "tokens"),
+    [
+        # Anthropic's input_tokens leaves out the cache reads and writes: every input token is the three.
+        (
+            {"input_tokens": 2, "cache_read_input_tokens": 800, "cache_creation_input_tokens": 100, "output_tokens": 9},
+            (902, 9, 800),
+        ),
+        (  # as the fake Messages API reports it
+            {"input_tokens": 50, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0, "output_tokens": 10},
+            (50, 10, 0),
+        ),
+        ({"input_tokens": 50, "output_tokens": 1}, (50, 1, 0)),  # a response's first line, before its end
+        ({}, (0, 0, 0)),
+    ],
+)
+def test_the_core_reads_the_cost_of_claude_codes_usage(usage: dict[str, int], tokens: tuple[int, int, int]) -> None:
+    # The figures calls.usage_for_cost gave before the core read Anthropic's usage itself (issue 15).
+    assert usage_tokens(usage) == tokens
+    prices = TokenPrices(3, 15, 0.3)
+    assert prices(usage) == pytest.approx(prices.dollars(*tokens))
 
 
 def test_the_policy_argument_is_checked() -> None:

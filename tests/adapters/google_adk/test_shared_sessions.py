@@ -8,77 +8,16 @@ resumes the invocation (ADK's resumability).
 
 from __future__ import annotations
 
-import json
-import os
-import selectors
-import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from support.workers import WorkerProcess, worker_pair
 
 from .conftest import STOPPED
 
 WORKER = Path(__file__).with_name("session_worker.py")
-ANSWER_TIMEOUT = 60.0
-
-
-class WorkerProcess:
-    """A ``session_worker.py`` process: JSON commands in, JSON answers out."""
-
-    def __init__(self, name: str, db_url: str, carrier_log: Path, log: Path) -> None:
-        self.name = name
-        self.stderr = log.open("wb")
-        argv = [sys.executable, str(WORKER), "--name", name, "--db", db_url, "--carrier-log", str(carrier_log)]
-        self.process = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, start_new_session=True
-        )
-        self.log = log
-        assert self.read() == {"ready": name}
-
-    def read(self) -> dict[str, Any]:
-        stdout = self.process.stdout
-        assert stdout is not None
-        with selectors.DefaultSelector() as selector:
-            selector.register(stdout, selectors.EVENT_READ)
-            if not selector.select(ANSWER_TIMEOUT):
-                pytest.fail(f"worker {self.name} did not answer:\n{self.log.read_text()[-3000:]}", pytrace=False)
-        line = stdout.readline()
-        if not line:
-            pytest.fail(f"worker {self.name} exited:\n{self.log.read_text()[-3000:]}", pytrace=False)
-        answer: dict[str, Any] = json.loads(line)
-        if "error" in answer:
-            pytest.fail(f"worker {self.name}: {answer['error']}\n{self.log.read_text()[-3000:]}", pytrace=False)
-        return answer
-
-    def send(self, **command: Any) -> None:
-        stdin = self.process.stdin
-        assert stdin is not None
-        stdin.write((json.dumps(command) + "\n").encode())
-        stdin.flush()
-
-    def ask(self, **command: Any) -> dict[str, Any]:
-        self.send(**command)
-        return self.read()
-
-    def kill(self) -> None:
-        """SIGKILL: no cleanup, no last write."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            assert self.process.stdin is not None
-            self.process.stdin.close()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.stderr.close()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -93,19 +32,12 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def workers(db_url: str, tmp_path: Path) -> Iterator[tuple[WorkerProcess, WorkerProcess, Path]]:
     carrier_log = tmp_path / "carrier.log"
     carrier_log.touch()
-    first = WorkerProcess("a", db_url, carrier_log, tmp_path / "a.log")
-    try:
-        second = WorkerProcess("b", db_url, carrier_log, tmp_path / "b.log")
-    except BaseException:
-        first.kill()
-        first.close()
-        raise
-    try:
+
+    def argv(name: str) -> list[str]:
+        return [sys.executable, str(WORKER), "--name", name, "--db", db_url, "--carrier-log", str(carrier_log)]
+
+    with worker_pair(argv, tmp_path) as (first, second):
         yield first, second, carrier_log
-    finally:
-        for worker in (first, second):
-            worker.kill()
-            worker.close()
 
 
 def carrier_calls(log: Path) -> list[str]:

@@ -7,6 +7,7 @@ whether the run stopped at an interrupt. Every call that reached a tool is appen
     --saver sqlite:PATH | postgres:URL    the shared checkpointer
     --say TEXT                            start a new turn with this user message (else resume: input None)
     --scenario loop | approval            a model that keeps tracking; or tracking that needs approval (HITL)
+    --mode batched | per_call             HumanInTheLoopMiddleware's interrupt mode (approval scenario)
     --approvals N                         approve up to N interrupts, then exit (default: all of them)
     --hang-at N                           the tool hangs when it is the N-th call in the calls file
 """
@@ -28,7 +29,7 @@ from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.tools import tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.types import Command
-from repeat_hooks_langchain import RepeatGuardMiddleware
+from repeat_hooks_langchain import RepeatGuardMiddleware, skip_refused
 from repeat_hooks_langchain.testing import ScriptedChatModel, answer, keep_calling, steps
 
 from repeat_hooks import Policy
@@ -64,6 +65,7 @@ def main() -> None:
     parser.add_argument("--calls-file", type=Path, required=True)
     parser.add_argument("--say")
     parser.add_argument("--scenario", choices=["loop", "approval"], default="loop")
+    parser.add_argument("--mode", choices=["batched", "per_call"], default="batched")
     parser.add_argument("--approvals", type=int, default=1_000)
     parser.add_argument("--hang-at", type=int)
     options = parser.parse_args()
@@ -83,7 +85,10 @@ def main() -> None:
         model = ScriptedChatModel(
             then=steps(*[keep_calling("track_parcel", ARGS)] * 3, then=answer("Still in transit."))
         )
-        middleware.append(HumanInTheLoopMiddleware(interrupt_on={"track_parcel": True}))
+        review = HumanInTheLoopMiddleware(
+            interrupt_on=skip_refused({"track_parcel": True}), interrupt_mode=options.mode
+        )
+        middleware.insert(0, review)
     else:
         model = ScriptedChatModel(then=keep_calling("track_parcel", ARGS))
     config: Any = {"configurable": {"thread_id": options.thread}}
@@ -97,7 +102,12 @@ def main() -> None:
         approvals = 0
         while result.get("__interrupt__") and approvals < options.approvals:
             approvals += 1
-            result = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config, durability="sync")
+            interrupts = result["__interrupt__"]
+            if options.mode == "per_call":
+                answer_: Any = {interrupt.id: {"type": "approve"} for interrupt in interrupts}
+            else:
+                answer_ = {"decisions": [{"type": "approve"}]}
+            result = agent.invoke(Command(resume=answer_), config, durability="sync")
         last = result["messages"][-1]
         print(
             json.dumps(
@@ -107,6 +117,7 @@ def main() -> None:
                     "guard": result.get("repeat_guard"),
                     "interrupted": bool(result.get("__interrupt__")),
                     "model_calls_here": model.calls,
+                    "approvals_here": approvals,
                     "tool_results": [m.content for m in result["messages"] if m.type == "tool"],
                 }
             )

@@ -103,20 +103,23 @@ def test_postgres_two_processes_alternate_turns_and_one_killed_mid_turn_loses_no
     assert (turn_4["last"], turn_4["guard"]["turn"]["number"], lines(calls)) == (STOPPED, 4, 9)
 
 
-def test_an_approval_resumed_in_a_fresh_process_keeps_the_counts(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["batched", "per_call"])
+def test_an_approval_resumed_in_a_fresh_process_keeps_the_counts(mode: str, tmp_path: Path) -> None:
     saver = f"sqlite:{tmp_path / 'checkpoints.sqlite'}"
     calls = tmp_path / "calls.txt"
+    approval = ("--scenario", "approval", "--mode", mode)
 
     # Process 1: the 1st call is approved and runs; the 2nd waits for approval when the process exits.
-    paused = serve(saver, calls, "--scenario", "approval", "--say", "Keep checking FR-7731", "--approvals", "1")
+    paused = serve(saver, calls, *approval, "--say", "Keep checking FR-7731", "--approvals", "1")
     assert paused["interrupted"] and lines(calls) == 1
     assert paused["guard"]["turn"]["number"] == 1
 
-    # Process 2 (fresh): approves everything. The 2nd call runs; the 3rd, approved by the human, is still
-    # refused by the guard (the count of 2 survived the interrupt and the process change); no new turn.
-    finished = serve(saver, calls, "--scenario", "approval")
+    # Process 2 (fresh): approves what it is asked. The 2nd call runs; the 3rd is refused by the guard (the
+    # count of 2 survived the interrupt and the process change) and nobody is asked about it; no new turn.
+    finished = serve(saver, calls, *approval)
     assert not finished["interrupted"]
     assert lines(calls) == 2
+    assert finished["approvals_here"] == 1
     assert finished["tool_results"] == ["FR-7731: in transit, hub Lyon"] * 2 + [REFUSAL]
     assert finished["last"] == "Still in transit."
     guard = finished["guard"]

@@ -1,5 +1,6 @@
-"""Next to LangChain's own middleware, in either order: call limits, model-call limits, summarization,
-human approval. The guard's story (2 calls reach the carrier, refusals, the stop) holds in each case."""
+"""Next to LangChain's own middleware, in either order: call limits, model-call limits, summarization
+(human approval: ``test_review``). The guard's story (2 calls reach the carrier, refusals, the stop) holds in
+each case."""
 
 from __future__ import annotations
 
@@ -7,14 +8,12 @@ from typing import Any
 
 import pytest
 from langchain.agents.middleware import (
-    HumanInTheLoopMiddleware,
     ModelCallLimitMiddleware,
     SummarizationMiddleware,
     ToolCallLimitMiddleware,
 )
-from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage
+from langchain_core.messages import RemoveMessage
 from langchain_parcels import ARGS, REFUSAL, STOPPED, USER, Carrier, parcel_agent, seed_004, thread
-from langgraph.types import Command
 from repeat_hooks_langchain import RepeatGuardMiddleware, guard_state_of, stop_of
 from repeat_hooks_langchain.testing import ScriptedChatModel, answer, keep_calling
 
@@ -67,6 +66,27 @@ def test_model_call_limit_that_trips_first_ends_the_turn_with_its_message(guard_
 
 
 @ORDERS
+def test_model_call_limit_counts_only_the_real_model_calls_when_the_guard_stops(
+    guard_first: bool, carrier: Carrier
+) -> None:
+    # The guard ends the turn through the agent's own end jump, before the model node: no model call is made,
+    # so LangChain's limit counts 5 for 5 real calls (a stop answered in the model's place would count 6 and
+    # trip the thread's limit of 11 one call early in the next turn).
+    limit = ModelCallLimitMiddleware(thread_limit=11, exit_behavior="end")
+    model = looping_model()
+    agent = parcel_agent(model, carrier, middleware=ordered(guard_first, limit))
+
+    first = agent.invoke(USER, thread("t1"))
+    assert (model.calls, agent.get_state(thread("t1")).values["thread_model_call_count"]) == (5, 5)
+    assert first["messages"][-1].content == STOPPED
+
+    second = agent.invoke(USER, thread("t1"))
+    assert (model.calls, agent.get_state(thread("t1")).values["thread_model_call_count"]) == (10, 10)
+    assert second["messages"][-1].content == STOPPED  # the guard's stop, not the limit's
+    assert carrier.calls == ["FR-7731"] * 4
+
+
+@ORDERS
 def test_model_call_limit_above_the_guard_leaves_the_stop_to_the_guard(guard_first: bool, carrier: Carrier) -> None:
     limit = ModelCallLimitMiddleware(run_limit=10, exit_behavior="end")
     model = looping_model()
@@ -90,43 +110,3 @@ def test_summarization_rewriting_the_history_mid_turn_loses_no_count(guard_first
     assert result["messages"][-1].content == STOPPED
     state = guard_state_of(result)
     assert (state.turn.refusals, state.turn.model_calls) == (3, 5)
-
-
-@ORDERS
-def test_human_approval_then_the_guard_refuses_the_approved_repeat(guard_first: bool, carrier: Carrier) -> None:
-    approval = HumanInTheLoopMiddleware(interrupt_on={"track_parcel": True})
-    model = looping_model()
-    agent = parcel_agent(model, carrier, middleware=ordered(guard_first, approval))
-
-    result = agent.invoke(USER, thread("t1"))
-    interrupts = 0
-    while result.get("__interrupt__"):
-        interrupts += 1
-        assert interrupts < 10, "the turn never ended"
-        result = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), thread("t1"))
-
-    assert carrier.calls == ["FR-7731", "FR-7731"]
-    assert [m.content for m in result["messages"] if isinstance(m, ToolMessage)][2:] == [REFUSAL] * 3
-    assert result["messages"][-1].content == STOPPED
-    assert guard_state_of(result).turn.number == 1  # resuming is not a new turn
-
-
-@ORDERS
-def test_a_call_the_reviewer_rejects_never_runs_but_the_model_asked_for_it(guard_first: bool, carrier: Carrier) -> None:
-    # Every call the model asks for counts, whoever answers it: asking again after a rejection is a repeat.
-    approval = HumanInTheLoopMiddleware(interrupt_on={"track_parcel": True})
-    model = ScriptedChatModel(
-        replies=[keep_calling("track_parcel", ARGS)] * 3 + [AIMessage(content="OK, I will stop tracking it.")]
-    )
-    agent = parcel_agent(model, carrier, middleware=ordered(guard_first, approval))
-
-    agent.invoke(USER, thread("t1"))
-    agent.invoke(Command(resume={"decisions": [{"type": "reject", "message": "Not now."}]}), thread("t1"))
-    agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), thread("t1"))
-    result = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), thread("t1"))
-
-    assert carrier.calls == ["FR-7731"]  # the rejected call never ran; the approved 3rd ask was refused
-    answers = [m.content for m in result["messages"] if isinstance(m, ToolMessage)]
-    assert answers[0] == "User rejected the tool call for `track_parcel` with reason: Not now."
-    assert answers[1:] == ["FR-7731: in transit, hub Lyon", REFUSAL]
-    assert result["messages"][-1].content == "OK, I will stop tracking it."

@@ -248,3 +248,12 @@ def test_a_destructive_write_is_not_sent_twice_when_the_tool_says_so(annotations
         assert [model.tool_results(n)[0][:8] for n in (2, 3)] == ["Refused:"] * 2
     else:  # nothing says it is a write, and each receipt is new: progress, so it runs
         assert placed == ["box"] * 3
+
+
+def test_reading_the_stop_of_an_agent_without_the_guard_says_the_middleware_is_missing(carrier: Carrier) -> None:
+    agent = create_agent(ScriptedChatModel(then=answer("In transit.")), tools=[carrier.tool])
+    result = agent.invoke(USER)
+
+    for read in (stop_of, guard_state_of):
+        with pytest.raises(GuardSetupError, match=r"runs without RepeatGuardMiddleware \(create_agent\(model, tools"):
+            read(result)

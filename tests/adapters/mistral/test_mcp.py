@@ -1,17 +1,18 @@
 """rc11's MCP path (``agents.Harness(mcps={name: agents.RemoteMCP(url=...)})``, streamable HTTP) is guarded.
 
-A real FastMCP server runs in a child process on a loopback port. Its tools answer the same thing every
-time, stamped with a fresh request id in the result's ``_meta``: rc11's MCP client receives the ``_meta``
+A real FastMCP server (the shared ``support.mcp_carrier``) runs in a child process on a loopback port. Its
+tools here answer the same thing every time, stamped with a fresh request id in the result's ``_meta``: rc11's
+MCP client receives the ``_meta``
 (seen on the SDK's own ``mcp.ClientSession``), the model never reads it, and neither does the guard, so
 under the default ``Policy()`` the third same call is refused.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,38 +23,10 @@ import pytest
 from mistralai.agents import agents
 from repeat_hooks_mistral import RepeatGuardHook, events_of
 from repeat_hooks_mistral.testing import ScriptedModel, run_turn, tool_messages
+from support import MCP_CARRIER
 
-SERVER = textwrap.dedent(
-    """
-    import sys, uuid
-    from mcp.server.fastmcp import FastMCP
-    from mcp.types import CallToolResult, TextContent
-
-    log, port = sys.argv[1], int(sys.argv[2])
-    server = FastMCP("carrier", host="127.0.0.1", port=port, log_level="CRITICAL")
-
-    def reached(tool, tracking_number):
-        with open(log, "a") as out:
-            out.write(f"{tool} {tracking_number}\\n")
-
-    @server.tool()
-    def track_parcel(tracking_number: str) -> CallToolResult:
-        "Where the parcel is now."
-        reached("track_parcel", tracking_number)
-        text = TextContent(type="text", text=f"{tracking_number}: in transit")
-        return CallToolResult(content=[text], _meta={"request_id": str(uuid.uuid4())})
-
-    @server.tool()
-    def parcel_status(tracking_number: str) -> CallToolResult:
-        "The parcel's status, as structured content."
-        reached("parcel_status", tracking_number)
-        status = {"tracking_number": tracking_number, "status": "in transit"}
-        text = TextContent(type="text", text="in transit")
-        return CallToolResult(content=[text], structuredContent=status, _meta={"request_id": str(uuid.uuid4())})
-
-    server.run("streamable-http")
-    """
-)
+TOOLS = ("parcel_events", "parcel_status")
+"""The shared carrier's tools that answer the same every time, with a fresh request id in ``_meta``."""
 
 
 class Carrier:
@@ -76,14 +49,13 @@ def _free_port() -> int:
 @pytest.fixture
 def carrier_server(tmp_path: Path) -> Iterator[Carrier]:
     """The server in a child process, stopped by its PID when the test ends."""
-    script, log = tmp_path / "carrier_server.py", tmp_path / "reached.log"
-    script.write_text(SERVER)
+    log = tmp_path / "reached.log"
     log.touch()
     port = _free_port()
+    argv = [sys.executable, str(MCP_CARRIER), "--http", str(port), *TOOLS]
     with (tmp_path / "server.err").open("w") as errors:
-        child = subprocess.Popen(
-            [sys.executable, str(script), str(log), str(port)], stdout=subprocess.DEVNULL, stderr=errors
-        )
+        env = {**os.environ, "CARRIER_LOG": str(log)}
+        child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=errors, env=env)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -124,7 +96,7 @@ class DefaultGuard(RepeatGuardHook):
     """The default policy: ``Policy()`` (progress, ``max_calls=2``)."""
 
 
-@pytest.mark.parametrize("tool", ["track_parcel", "parcel_status"])
+@pytest.mark.parametrize("tool", TOOLS)
 async def test_the_same_answer_with_a_fresh_meta_request_id_is_refused_the_third_time(
     carrier_server: Carrier, mcp_results: list[Any], tool: str, agent_for: Any
 ) -> None:

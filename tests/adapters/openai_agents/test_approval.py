@@ -1,4 +1,8 @@
-"""Human in the loop: a turn paused for approval, saved, and resumed elsewhere keeps its counts."""
+"""Human in the loop: a turn paused for approval, saved, and resumed elsewhere keeps its counts (issue 18).
+
+An approved call runs once; a call a human rejected did not run and does not count; a call the guard refused
+with its batch is never put to a human. Resumes run in a fresh process from the saved ``RunState`` alone.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,13 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agents import Agent, Runner, RunState, Tool, function_tool
 from agents.run_config import RunConfig, ToolExecutionConfig
 from repeat_hooks_openai_agents import GuardState, context_deserializer, context_serializer, guard_agent
-from repeat_hooks_openai_agents.testing import ScriptedModel, keep_calling, tool_call
+from repeat_hooks_openai_agents.testing import ScriptedModel, keep_calling, message, tool_call
+
+from .approval_child import refund_agent, scripted
 
 STOPPED = "I stopped: I kept calling track_parcel, and its result would not change in this turn. Ask me again later."
 ARGS = {"tracking_number": "FR-7731"}
@@ -168,3 +175,134 @@ async def test_guardrails_run_before_and_after_approval_count_the_call_once() ->
     assert sent == ["hi", "hi"]  # 2 allowed: neither call was counted twice
     assert list(guard.turn.counts.values()) == [2]
     assert guard.turn.refusals == 0
+
+
+# -- approvals and rejections across fresh processes (issue 18) ----------------------------------------------
+
+CHILD = Path(__file__).with_name("approval_child.py")
+
+
+def resume(tmp_path: Path, saved: Path, decision: str, replies: list[dict[str, Any]], save: Path) -> dict[str, Any]:
+    """Resume ``saved`` in a fresh Python process (``approval_child.py``) with the human's ``decision``."""
+    script = tmp_path / f"{save.stem}-replies.json"
+    script.write_text(json.dumps(replies))
+    argv = [
+        sys.executable,
+        str(CHILD),
+        str(saved),
+        "--decision",
+        decision,
+        "--replies",
+        str(script),
+        "--save",
+        str(save),
+    ]
+    child = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert child.returncode == 0, child.stderr
+    report: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
+    return report
+
+
+async def test_a_rejected_call_does_not_count_an_approved_one_runs_once_a_refused_one_is_never_asked(
+    tmp_path: Path,
+) -> None:
+    # One refund per order and turn. The human rejects the first refund, approves the second; the model then
+    # asks a third time. Each resume runs in a fresh process, from the saved RunState alone.
+    refunds: list[str] = []
+    agent = refund_agent(scripted([{"call": ["c1", "A1"]}]), refunds)
+    guard = GuardState()
+    paused = await Runner.run(agent, "Refund order A1", context=guard)
+    assert [item.call_id for item in paused.interruptions] == ["c1"]
+    first = tmp_path / "paused-1.json"
+    first.write_text(json.dumps(paused.to_state().to_json(context_serializer=context_serializer)))
+
+    # 1. Rejected: c1 never ran and is withdrawn, so the model's retry (c2) is the turn's first refund: it is
+    #    asked about, not refused. (Counted, the rejected call used up the turn's one refund.)
+    rejected = resume(tmp_path, first, "reject", [{"call": ["c2", "A1"]}], tmp_path / "paused-2.json")
+    assert rejected["decided"] == ["c1"] and rejected["refunds"] == []
+    assert rejected["read"][0]["c1"] != "refunded A1"  # the model read the SDK's rejection text
+    assert rejected["asked"] == ["c2"]
+    assert rejected["counts"] == [1] and rejected["refusals"] == 0
+    assert rejected["turn_id"] == guard.turn.id  # the same turn goes on
+
+    # 2. Approved: c2 runs, once. The model asks again (c3): the guard refuses it with its batch, and the SDK
+    #    never asks the human about it; the model reads the refusal and answers.
+    replies = [{"call": ["c3", "A1"]}, {"text": "Refund sent for A1."}]
+    approved = resume(tmp_path, tmp_path / "paused-2.json", "approve", replies, tmp_path / "paused-3.json")
+    assert approved["decided"] == ["c2"] and approved["refunds"] == ["A1"]
+    assert approved["read"][0]["c2"] == "refunded A1"
+    assert approved["asked"] == []  # c3 was never put to the human
+    assert approved["read"][1]["c3"].startswith("Refused: you already called send_refund")
+    assert approved["final"] == "Refund sent for A1." and approved["model_calls"] == 2
+    assert approved["counts"] == [2] and approved["refusals"] == 1
+    assert approved["turn_id"] == guard.turn.id
+    assert refunds == []  # the pausing process ran nothing
+
+
+@pytest.mark.parametrize("pre_approval", [False, True], ids=["default", "pre_approval_guardrails"])
+async def test_a_call_the_guard_refused_with_its_batch_is_never_asked_about(pre_approval: bool) -> None:
+    # Two identical refunds in one response: the batch lets the first through and refuses the second before the
+    # SDK asks anyone. Only the first is put to the human, with or without the SDK's pre-approval guardrails.
+    refunds: list[str] = []
+    model = scripted([{"call": ["c1", "A1"]}, {"call": ["c2", "A1"]}, {"text": "Done."}])
+    model.replies = [[*model.replies[0], *model.replies[1]], model.replies[2]]  # type: ignore[list-item,misc]
+    agent = refund_agent(model, refunds)
+    config = RunConfig(tool_execution=ToolExecutionConfig(pre_approval_tool_input_guardrails=pre_approval))
+    guard = GuardState()
+
+    paused = await Runner.run(agent, "Refund order A1", context=guard, run_config=config)
+    assert [item.call_id for item in paused.interruptions] == ["c1"]
+    state = paused.to_state()
+    state.approve(state.get_interruptions()[0])
+    result = await Runner.run(agent, state, run_config=config)
+
+    assert refunds == ["A1"]
+    assert model.outputs_received(1)["c1"] == "refunded A1"
+    assert model.outputs_received(1)["c2"].startswith("Refused: you already called send_refund")
+    assert result.final_output == "Done." and result.interruptions == []
+    assert guard.turn.refusals == 1
+
+
+async def test_a_call_rejected_in_the_same_process_is_withdrawn_too() -> None:
+    refunds: list[str] = []
+    model = scripted([{"call": ["c1", "A1"]}, {"call": ["c2", "A1"]}, {"text": "Done."}])
+    agent = refund_agent(model, refunds)
+    guard = GuardState()
+
+    paused = await Runner.run(agent, "Refund order A1", context=guard)
+    state = paused.to_state()
+    state.reject(state.get_interruptions()[0])
+    again = await Runner.run(agent, state)
+    assert [item.call_id for item in again.interruptions] == ["c2"]  # the retry is asked about, not refused
+    assert list(guard.turn.counts.values()) == [1] and guard.turn.refusals == 0
+
+    state = again.to_state()
+    state.approve(state.get_interruptions()[0])
+    done = await Runner.run(agent, state)
+    assert refunds == ["A1"] and done.final_output == "Done."
+
+
+async def test_your_own_needs_approval_callable_is_still_asked_for_the_calls_the_guard_lets_through() -> None:
+    asked: list[tuple[str, str]] = []
+    refunds: list[str] = []
+
+    async def big_orders(context: Any, params: dict[str, Any], call_id: str) -> bool:
+        asked.append((params["order"], call_id))
+        return str(params["order"]).startswith("B")
+
+    @function_tool(needs_approval=big_orders)
+    def send_refund(order: str) -> str:
+        """Refund an order (a human approves big ones)."""
+        refunds.append(order)
+        return f"refunded {order}"
+
+    batch = [tool_call("send_refund", {"order": o}, i) for o, i in (("A1", "c1"), ("B1", "c2"), ("B1", "c3"))]
+    model = ScriptedModel(batch, [message("Done.")])
+    agent = guard_agent(Agent(name="refunds", model=model, tools=[send_refund]), count="per_turn", max_calls=1)
+
+    paused = await Runner.run(agent, "Refund A1 and B1", context=GuardState())
+
+    assert refunds == ["A1"]  # a small order: your callable said no approval, so it ran
+    assert [item.call_id for item in paused.interruptions] == ["c2"]  # c3, a refused repeat, is not put to you
+    assert asked == [("A1", "c1"), ("B1", "c2")]  # your callable, with the SDK's arguments; never for c3
+    assert guard_agent(agent).tools[0].needs_approval.original is big_orders  # type: ignore[union-attr]

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from agents import Agent, Runner
 from agents.mcp import MCPServerStdio, MCPToolCustomDataContext
+from agents.run_config import RunConfig, ToolExecutionConfig
 from repeat_hooks_openai_agents import GuardState, guard_agent
-from repeat_hooks_openai_agents.testing import ScriptedModel, keep_calling
+from repeat_hooks_openai_agents.testing import ScriptedModel, keep_calling, message, tool_call
 
 SERVER = textwrap.dedent(
     """
@@ -120,3 +121,32 @@ async def test_a_fresh_request_id_in_mcp_meta_is_not_progress(tmp_path: Path, st
     assert "in transit" in str(read["call_1"])
     assert str(read["call_3"]).startswith("Refused")
     assert result.final_output == state.turn.stop.message  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("pre_approval", [False, True], ids=["default", "pre_approval_guardrails"])
+async def test_mcp_require_approval_and_the_guards_refusals(tmp_path: Path, pre_approval: bool) -> None:
+    # A local MCP server's require_approval is the server's own setting, applied to the tools the SDK builds for
+    # each run: the guard's needs_approval wrapper cannot reach it. Two identical calls in one response, one
+    # allowed: by default the SDK asks about both (the refused one too); with the SDK's pre-approval guardrails
+    # the server's guardrails (the guard's included) run first, and the refused call is never asked about.
+    server, log = carrier_server(tmp_path, cache_tools_list=True, require_approval="always")
+    config = RunConfig(tool_execution=ToolExecutionConfig(pre_approval_tool_input_guardrails=pre_approval))
+    twice = [tool_call("track_parcel", {"tracking_number": "FR-7731"}, call_id) for call_id in ("c1", "c2")]
+    async with server:
+        model = ScriptedModel(twice, [message("In transit.")])
+        agent = guard_agent(
+            Agent(name="parcel-tracker", model=model, mcp_servers=[server]), count="per_turn", max_calls=1
+        )
+        state = GuardState()
+
+        paused = await Runner.run(agent, "Where is FR-7731?", context=state, run_config=config)
+        asked = [item.call_id for item in paused.interruptions]
+        resumed = paused.to_state()
+        for item in resumed.get_interruptions():
+            resumed.approve(item)
+        result = await Runner.run(agent, resumed, run_config=config)
+
+    assert asked == (["c1"] if pre_approval else ["c1", "c2"])
+    assert log.read_text().split() == ["FR-7731"]  # either way the refused call never ran
+    assert str(model.outputs_received(1)["c2"]).startswith("Refused: you already called track_parcel")
+    assert result.final_output == "In transit." and state.turn.refusals == 1

@@ -48,8 +48,10 @@ def guarded(model: ScriptedModel, carrier: Any, **settings: Any) -> Agent[Any]:
 def test_settings_are_a_policy_or_keywords(carrier: Any) -> None:
     agent = Agent(name="parcel-tracker", tools=[carrier.tool])
 
-    with pytest.raises(TypeError, match=r"not a StopRepeatedCalls"):
+    with pytest.raises(TypeError, match=r"not a StopRepeatedCalls.*: guard_agent\(agent, Policy\(\.\.\.\)\)"):
         guard_agent(agent, StopRepeatedCalls(policy=Policy(max_calls=2)))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"not the class Policy: pass guard_agent\(agent, Policy\(\.\.\.\)\)"):
+        guard_agent(agent, Policy)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"unknown setting 'max_call' \(did you mean max_calls\?\)"):
         guard_agent(agent, max_call=2)
     with pytest.raises(TypeError, match=r"not both"):
@@ -65,8 +67,11 @@ def test_settings_are_a_policy_or_keywords(carrier: Any) -> None:
 @pytest.mark.parametrize(
     ("settings", "expected"),
     [
-        ({"max_model_seconds": 30.0, "clock": None}, r"max_model_seconds=.*clock=time.monotonic"),
-        ({"max_cost_usd": 0.5}, r"max_cost_usd=.*cost=TokenPrices\("),
+        (
+            {"max_model_seconds": 30.0, "clock": None},
+            r"max_model_seconds=.*guard_agent\(\.\.\., clock=repeat_hooks.clock.monotonic\)",
+        ),
+        ({"max_cost_usd": 0.5}, r"max_cost_usd=.*guard_agent\(\.\.\., cost=TokenPrices\("),
     ],
 )
 def test_a_budget_without_what_feeds_it_is_refused_at_construction(

@@ -1,4 +1,4 @@
-"""Where the guard's stop goes (issue 12, item 10): the caller, a stream, a session, a typed output.
+"""Where the guard's stop goes (issue 12, item 10; issue 18): the caller, a stream, a session, a typed output.
 
 The SDK ends a stopped run from ``tool_use_behavior``, so no model message carries the stop text.
 These tests pin what each consumer sees, and the helpers that fill the gaps (``stop_of``,
@@ -10,9 +10,30 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agents import Agent, MaxTurnsExceeded, Runner, SQLiteSession
+from agents import (
+    Agent,
+    AgentHookContext,
+    AgentHooks,
+    AgentsException,
+    GuardrailFunctionOutput,
+    ItemHelpers,
+    MaxTurnsExceeded,
+    RunContextWrapper,
+    Runner,
+    SQLiteSession,
+    output_guardrail,
+)
 from pydantic import BaseModel
-from repeat_hooks_openai_agents import GuardState, Policy, StopReason, guard_agent, save_stop, stop_items, stop_of
+from repeat_hooks_openai_agents import (
+    GuardState,
+    Policy,
+    RepeatGuardStopped,
+    StopReason,
+    guard_agent,
+    save_stop,
+    stop_items,
+    stop_of,
+)
 from repeat_hooks_openai_agents.testing import ScriptedModel, keep_calling, message, tool_call
 
 from repeat_hooks import ToolCall
@@ -86,18 +107,81 @@ class ParcelStatus(BaseModel):
     status: str
 
 
-async def test_an_output_type_agent_gets_the_stop_as_text_and_stop_of_tells_them_apart(carrier: Any) -> None:
-    agent, _ = stuck_agent(carrier, output_type=ParcelStatus)
-    stopped = await Runner.run(agent, "Keep checking", context=GuardState())
+def watched(carrier: Any, seen: list[tuple[str, Any]], **settings: Any) -> tuple[Agent[Any], ScriptedModel]:
+    """A stuck agent whose output guardrail and ``on_end`` hook record every output they are handed."""
 
-    assert stopped.final_output == STOPPED  # a str, not a ParcelStatus
-    assert stop_of(stopped) is not None
+    @output_guardrail
+    def check(context: RunContextWrapper[Any], agent: Agent[Any], output: Any) -> GuardrailFunctionOutput:
+        seen.append(("guardrail", output))
+        return GuardrailFunctionOutput(output_info=None, tripwire_triggered=False)
 
-    model = ScriptedModel([message('{"status": "in transit"}')])
+    class Hooks(AgentHooks[Any]):
+        async def on_end(self, context: AgentHookContext[Any], agent: Agent[Any], output: Any) -> None:
+            seen.append(("on_end", output))
+
+    return stuck_agent(carrier, output_guardrails=[check], hooks=Hooks(), **settings)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "streamed"])
+async def test_a_typed_output_never_receives_the_stop_text_the_run_raises_with_the_stop(
+    carrier: Any, streamed: bool
+) -> None:
+    # Before 0.2 the stop text was the final_output of an output_type agent: its output guardrails and on_end
+    # hooks were handed a str where they expect a ParcelStatus, and final_output_as(ParcelStatus) raised.
+    seen: list[tuple[str, Any]] = []
+    agent, model = watched(carrier, seen, output_type=ParcelStatus)
+    state = GuardState()
+
+    with pytest.raises(RepeatGuardStopped) as caught:
+        if streamed:
+            run = Runner.run_streamed(agent, "Keep checking", context=state)
+            async for _ in run.stream_events():
+                pass
+        else:
+            await Runner.run(agent, "Keep checking", context=state)
+
+    error = caught.value
+    assert isinstance(error, AgentsException)  # as the SDK's own MaxTurnsExceeded
+    assert seen == []  # no output guardrail, no on_end hook was handed the stop as a ParcelStatus
+    assert error.stop.reason is StopReason.IGNORED_REFUSALS and error.message == error.stop.message == STOPPED
+    assert stop_of(error) is error.stop and stop_items(error) == [{"role": "assistant", "content": STOPPED}]
+    assert carrier.calls == ["FR-7731", "FR-7731"] and model.calls == 5  # seed 004: 2 runs, 3 refusals
+    assert error.run_data is not None  # the SDK attached the run, as it does to MaxTurnsExceeded
+    assert error.run_data.context_wrapper.context is state
+    # It holds the steps completed before the one that stopped (the SDK drops a step that raised): 4 responses,
+    # each call with its output, a history that continues cleanly.
+    assert len(error.run_data.raw_responses) == 4 and len(error.run_data.new_items) == 8
+    history = [
+        *ItemHelpers.input_to_new_input_list(error.run_data.input),
+        *(item.to_input_item() for item in error.run_data.new_items),
+        *stop_items(error),
+    ]  # as the README says to continue the conversation
+    assert history[0] == {"role": "user", "content": "Keep checking"}
+    assert history[-1] == {"role": "assistant", "content": STOPPED} and len(history) == 10
+
+
+async def test_a_typed_output_agent_that_answers_is_untouched(carrier: Any) -> None:
+    model = ScriptedModel([tool_call("track_parcel", ARGS, "c1")], [message('{"status": "in transit"}')])
     answering = guard_agent(Agent(name="p", model=model, tools=[carrier.tool], output_type=ParcelStatus), **SEED_004)
     answered = await Runner.run(answering, "Where?", context=GuardState())
     assert stop_of(answered) is None
     assert answered.final_output == ParcelStatus(status="in transit")
+
+
+async def test_on_stop_raise_makes_a_text_agent_raise_and_reply_is_the_default(carrier: Any) -> None:
+    seen: list[tuple[str, Any]] = []
+    agent, _ = watched(carrier, seen)
+    replied = await Runner.run(agent, "Keep checking", context=GuardState())
+    assert replied.final_output == STOPPED and seen == [("on_end", STOPPED), ("guardrail", STOPPED)]
+
+    seen.clear()
+    model = ScriptedModel(then=keep_calling("track_parcel", ARGS))
+    raising = guard_agent(Agent(name="p", model=model, tools=[carrier.tool]), on_stop="raise", **SEED_004)
+    with pytest.raises(RepeatGuardStopped, match=r"ignored_refusals\): I stopped"):
+        await Runner.run(raising, "Keep checking", context=GuardState())
+
+    with pytest.raises(TypeError, match=r"on_stop='reply'.*on_stop='raise'.*not 'exception'"):
+        guard_agent(Agent(name="p", tools=[carrier.tool]), on_stop="exception")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("behavior", ["stop_on_first_tool", {"stop_at_tool_names": ["track_parcel"]}])

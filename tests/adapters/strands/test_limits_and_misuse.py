@@ -5,11 +5,11 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from repeat_hooks_strands import STOP_KEY, RepeatGuardHooks, read_state, usage_view
+from repeat_hooks_strands import STOP_KEY, RepeatGuardHooks, read_state
 from repeat_hooks_strands.testing import ScriptedModel, keep_calling, tool_use
 from strands import Agent
 
-from repeat_hooks import GuardSetupError, Policy, StateCorrupt, StopRepeatedCalls, TokenPrices
+from repeat_hooks import GuardSetupError, Policy, StateCorrupt, StopRepeatedCalls, TokenPrices, usage_tokens
 
 from .conftest import ARGS, SEED_004, Carrier, looping_agent, model_of
 
@@ -85,13 +85,27 @@ def test_max_model_calls_counts_model_calls(carrier: Carrier) -> None:
         ({}, (0, 0, 0)),
     ],
 )
-def test_usage_view_reads_every_provider_the_same_way(usage: dict[str, int], tokens: tuple[int, int, int]) -> None:
-    view = usage_view(usage)
-
-    assert (view["input_tokens"], view["output_tokens"], view["cache_read_tokens"]) == tokens
+def test_the_core_reads_the_cost_of_each_providers_usage(usage: dict[str, int], tokens: tuple[int, int, int]) -> None:
+    # The figures calls.usage_view gave before the core read Strands' usage itself (issue 15).
+    assert usage_tokens(usage) == tokens
     prices = TokenPrices(3, 15, 0.3)
-    assert prices(view) == pytest.approx(prices.dollars(*tokens))
-    assert {key: view[key] for key in usage} == usage  # Strands' own keys, for a cost function of your own
+    assert prices(usage) == pytest.approx(prices.dollars(*tokens))
+
+
+def test_the_cost_function_gets_the_responses_usage_as_strands_reports_it(carrier: Carrier) -> None:
+    seen: list[object] = []
+
+    def cost(usage: object) -> float:
+        seen.append(usage)
+        return 0.01
+
+    guard = RepeatGuardHooks(max_cost_usd=1.0, cost=cost)
+    agent = Agent(model=ScriptedModel("In transit."), tools=[carrier.tool], hooks=[guard], callback_handler=None)
+
+    agent("Where is FR-7731?")
+
+    assert seen == [{"inputTokens": 100, "outputTokens": 20, "totalTokens": 120}]
+    assert read_state(agent).turn.cost_usd == pytest.approx(0.01)
 
 
 @pytest.mark.parametrize(

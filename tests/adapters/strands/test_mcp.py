@@ -1,6 +1,6 @@
-"""MCP tools through Strands' ``MCPClient`` (a real FastMCP stdio server): the server's explicit hints reach the
-policy as ``ToolCall`` hints, results are compared as the model reads them (not their ``_meta``), and
-``isError`` results count as failures."""
+"""MCP tools through Strands' ``MCPClient`` (a real FastMCP stdio server: the shared ``support.mcp_carrier``):
+the server's explicit hints reach the policy as ``ToolCall`` hints, results are compared as the model reads
+them (not their ``_meta``), and ``isError`` results count as failures."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from repeat_hooks_strands import STOP_KEY, RepeatGuardHooks, hints, tool_call
 from repeat_hooks_strands.testing import ScriptedModel, tool_results, tool_use
 from strands import Agent
 from strands.tools.mcp import MCPClient
+from support import MCP_CARRIER
 
-SERVER = Path(__file__).with_name("mcp_carrier.py")
+TOOLS = ("track_parcel", "place_order", "parcel_history", "parcel_events", "customs_status")
 FR = {"tracking_number": "FR-7731"}
 
 
@@ -24,7 +25,9 @@ FR = {"tracking_number": "FR-7731"}
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Any], Path]]:
     log = tmp_path_factory.mktemp("mcp") / "carrier.log"
     log.touch()
-    params = StdioServerParameters(command=sys.executable, args=[str(SERVER)], env={"CARRIER_LOG": str(log)})
+    params = StdioServerParameters(
+        command=sys.executable, args=[str(MCP_CARRIER), *TOOLS], env={"CARRIER_LOG": str(log)}
+    )
     with MCPClient(lambda: stdio_client(params)) as client:
         yield list(client.list_tools_sync()), log
 

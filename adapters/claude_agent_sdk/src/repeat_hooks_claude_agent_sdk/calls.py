@@ -6,7 +6,6 @@
 - A result: what the model reads of it (``result_view``), the value the guard digests.
 - A decision: the ``PreToolUse`` output that lets the call run, refuses it, or refuses it and ends the
   turn (``allow``, ``deny``).
-- A response's usage, in the spelling ``TokenPrices`` reads (``usage_for_cost``).
 - The text of a tool result as the caller's stream and the model hold it (``result_text``).
 """
 
@@ -130,25 +129,6 @@ def deny(decision: Refusal | Stop) -> SyncHookJSONOutput:
         output["continue_"] = False
         output["stopReason"] = decision.message
     return output
-
-
-def usage_for_cost(usage: Mapping[str, Any]) -> dict[str, Any]:
-    """One response's usage as Claude Code streams it (Anthropic's spelling), in the spelling ``TokenPrices``
-    reads: ``input_tokens`` every input token (Anthropic's ``input_tokens`` leaves out the cache reads and the
-    cache writes), ``cache_read_tokens`` the cache reads (charged at the cached price when ``TokenPrices`` has
-    one), ``output_tokens`` as they are. The original fields stay, for a cost function of your own."""
-
-    def count(name: str) -> int:
-        value = usage.get(name)
-        return value if isinstance(value, int) and value > 0 else 0
-
-    fresh = count("input_tokens") + count("cache_creation_input_tokens") + count("cache_read_input_tokens")
-    return {
-        **usage,
-        "input_tokens": fresh,
-        "cache_read_tokens": count("cache_read_input_tokens"),
-        "output_tokens": count("output_tokens"),
-    }
 
 
 _HOOK_ERROR = re.compile(r"^PreToolUse:\S+ hook error: ")

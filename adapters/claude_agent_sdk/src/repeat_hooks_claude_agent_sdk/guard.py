@@ -50,7 +50,6 @@ from claude_agent_sdk.types import HookEvent
 from repeat_hooks import (
     CostOf,
     Feed,
-    GuardSetupError,
     GuardState,
     MemoryStore,
     Policy,
@@ -63,7 +62,7 @@ from repeat_hooks import (
     policy_from,
 )
 
-from .calls import Hints, allow, deny, result_view, tool_call, usage_for_cost
+from .calls import Hints, allow, deny, result_view, tool_call
 from .state import session_key, stop_of
 from .stream import Block, Flight, GuardedTransport, Outcome
 
@@ -93,8 +92,10 @@ class RepeatGuardHooks:
 
     ``store`` keeps one ``GuardState`` per session id (default: a ``MemoryStore`` of this process; a
     ``RedisStore`` for sessions resumed in other processes). ``cost`` turns a response's usage into dollars
-    for ``max_cost_usd`` (``cost=TokenPrices(3, 15)``). ``fail_closed``: when the store fails, refuse the call
-    (``True``) rather than let it run (``False``, the default; the error is logged either way).
+    for ``max_cost_usd`` (``cost=TokenPrices(3, 15)``): it is handed the usage as Claude Code streams it, in
+    Anthropic's spelling, which ``repeat_hooks.usage_tokens`` reads (cache reads and writes are input tokens).
+    ``fail_closed``: when the store fails, refuse the call (``True``) rather than let it run (``False``, the
+    default; the error is logged either way).
 
     One guard serves any number of sessions and queries at once. Setup mistakes fail at construction
     (``TypeError``, or ``GuardSetupError``: a budget Claude Code cannot feed, ``max_cost_usd`` without
@@ -113,12 +114,6 @@ class RepeatGuardHooks:
     ) -> None:
         self.policy: Policy = policy_from(policy, settings, owner=_OWNER)
         """The settings; the counts live in ``store``."""
-        if self.policy.max_model_seconds is not None:
-            raise GuardSetupError(
-                "Policy(max_model_seconds=...) could never trip: Claude Code reports no model-call time to its "
-                "hooks. Leave it None, and bound a turn by its model calls (max_model_calls), Claude Code's own "
-                "ClaudeAgentOptions(max_turns=...), or a timeout of your own around the query"
-            )
         check_feeds(
             self.policy,
             can={Feed.OUTCOMES, Feed.MODEL_CALLS} | ({Feed.COST} if cost is not None else set()),
@@ -126,6 +121,11 @@ class RepeatGuardHooks:
             how={
                 Feed.COST: f"{_OWNER}(..., cost=TokenPrices(input_usd_per_million, output_usd_per_million)), or "
                 "use Claude Code's own ClaudeAgentOptions(max_budget_usd=...)"
+            },
+            why={
+                Feed.SECONDS: "Claude Code reports no model-call time to its hooks; bound a turn by its model calls "
+                "(max_model_calls), Claude Code's own ClaudeAgentOptions(max_turns=...), or a timeout of your own "
+                "around the query"
             },
         )
         self.store: StateStore = store if store is not None else MemoryStore()
@@ -338,7 +338,7 @@ class RepeatGuardHooks:
     def _cost_of(self, usage: Mapping[str, Any] | None) -> float:
         if self.cost is None or usage is None:
             return 0.0
-        return float(self.cost(usage_for_cost(usage)))
+        return float(self.cost(usage))  # Anthropic's spelling, which repeat_hooks.usage_tokens reads
 
     async def _update(self, session: str, change: Callable[[GuardState], T], fallback: T) -> T:
         """One atomic change of the session's state; ``fallback`` when the store fails (logged)."""

@@ -50,7 +50,7 @@ from claude_agent_sdk import (
 from pydantic_core import to_jsonable_python
 
 from repeat_hooks import Policy
-from repeat_hooks.testing import Scenario, Tool, ToolBox, TurnOutcome, call_id, response
+from repeat_hooks.testing import Cursor, Scenario, Tool, ToolBox, TurnOutcome
 
 from .calls import result_text
 from .guard import RepeatGuardHooks
@@ -352,7 +352,7 @@ class Driver:
     The scenario's tools are tools of one in-process MCP server (``create_sdk_mcp_server``), each taking
     ``query``; a tool's ``read_only`` is its MCP ``readOnlyHint``; a tool that raises ``ToolFailed`` is
     answered by the SDK as an ``isError`` result with the error's text. The model is a ``FakeMessagesAPI``
-    answering the scenario's script (the turn's ``step``-th model call, counted from the request's history).
+    answering the scenario's script in order (``repeat_hooks.testing.Cursor``: the driver starts each turn).
     The guard is ``RepeatGuardHooks(claude_policy(scenario), **options)``; one ``ClaudeSDKClient`` (one
     session, one CLI) runs every turn. What the model saw is read from the tool results in the messages the
     SDK yields (their text as ``calls.result_text`` gives it); the final text is the ``ResultMessage``'s
@@ -375,18 +375,13 @@ class Driver:
 
     async def run_async(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
         """``run``, from a running event loop."""
-        where = {"turn": 0}
+        cursor = Cursor(scenario)
 
         def answer(request: dict[str, Any]) -> Reply:
-            turn = where["turn"]
-            step = steps(request, scenario.turns[turn].message)
-            reply = response(scenario, turn, step)
+            reply = cursor.next()
             if isinstance(reply, str):
                 return reply
-            return [
-                tool_use(claude_name(call.tool), {"query": call.query}, call_id(turn, step, index, call))
-                for index, call in enumerate(reply)
-            ]
+            return [tool_use(claude_name(call.tool), {"query": call.query}, identifier) for call, identifier in reply]
 
         guard = self.guard = RepeatGuardHooks(claude_policy(scenario), **self.options)
         tools = [kit_tool(box, item) for item in scenario.tools]
@@ -401,7 +396,7 @@ class Driver:
             )
             async with guard.client(options) as client:
                 for number, turn in enumerate(scenario.turns):
-                    where["turn"] = number
+                    cursor.start_turn(number)
                     await client.query(turn.message)
                     seen: list[str] = []
                     result: ResultMessage | None = None

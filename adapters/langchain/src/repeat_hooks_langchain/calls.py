@@ -45,6 +45,22 @@ def tool_hints(tools: Sequence[object]) -> dict[str, Hints]:
     return hints
 
 
+def dump_hints(hints: Mapping[str, Hints], names: Sequence[str]) -> dict[str, list[bool | None]]:
+    """The hints of the tools ``names`` that have any, as plain JSON for the graph state."""
+    return {name: list(hints[name]) for name in sorted(set(names)) if name in hints}
+
+
+def load_hints(saved: Any) -> dict[str, Hints]:
+    """Hints saved by ``dump_hints`` (anything else: none)."""
+    if not isinstance(saved, Mapping):
+        return {}
+    return {
+        name: Hints(*(flag if isinstance(flag, bool) else None for flag in flags[:3]))
+        for name, flags in saved.items()
+        if isinstance(name, str) and isinstance(flags, list)
+    }
+
+
 def guard_call(call: LangChainToolCall, hints: Mapping[str, Hints]) -> ToolCall:
     """The guard's ``ToolCall`` for one LangChain tool call (arguments as the model sent them), with its hints.
 
@@ -128,6 +144,42 @@ def request_position(message: AIMessage, call: LangChainToolCall) -> int | None:
     if call_id and len(same_id) == 1:
         return same_id[0]
     return None
+
+
+def same_call(one: LangChainToolCall, other: LangChainToolCall) -> bool:
+    """The two calls name the same tool with the same arguments (a reviewer's edit makes them differ)."""
+    return one["name"] == other["name"] and (one.get("args") or {}) == (other.get("args") or {})
+
+
+HITL_EDITS_KEY = "hitl_edited_tool_calls"
+"""``HumanInTheLoopMiddleware``'s graph-state key for its batched edits: ``{tool_call_id: {"name", "args"}}``
+(``langchain/agents/middleware/human_in_the_loop.py``, ``_EDITED_TOOL_CALLS_KEY``), which its own
+``wrap_tool_call`` applies; read here when the guard's hook runs outside HumanInTheLoopMiddleware's."""
+
+
+def edit_of(edits: Any, call: LangChainToolCall) -> LangChainToolCall | None:
+    """The call a reviewer's batched edit makes of ``call`` (``None``: no edit for it)."""
+    call_id = call.get("id")
+    if not call_id or not isinstance(edits, Mapping):
+        return None
+    edit = edits.get(call_id)
+    if not isinstance(edit, Mapping) or not isinstance(edit.get("name"), str):
+        return None
+    return {"name": edit["name"], "args": dict(edit.get("args") or {}), "id": call_id, "type": "tool_call"}
+
+
+HITL_SOURCE = "hitl_interrupt_decision"
+"""The ``additional_kwargs["lc_source"]`` ``HumanInTheLoopMiddleware`` marks its answers with
+(``add_notification_metadata``), with the decision in ``additional_kwargs["lc_data"]["decision"]``."""
+
+
+def rejected_by_reviewer(message: ToolMessage) -> bool:
+    """The message is a reviewer's rejection (``HumanInTheLoopMiddleware``): the tool did not run."""
+    extra = message.additional_kwargs
+    if extra.get("lc_source") != HITL_SOURCE:
+        return False
+    data = extra.get("lc_data")
+    return isinstance(data, Mapping) and data.get("decision") == "reject"
 
 
 def last_ai_message(messages: Sequence[BaseMessage]) -> AIMessage | None:

@@ -1,20 +1,24 @@
 """``RepeatGuardMiddleware``: repeat-hooks as a LangChain v1 agent middleware for ``create_agent``.
 
-Where each rule of the guard runs in the agent's graph (no extra node per step: the loop's own model
-and tool nodes do the work, so the guard costs almost nothing per call):
+Where each rule of the guard runs in the agent's graph (the loop's own nodes do the work; the guard adds
+one ``before_model`` node per step, as ``ModelCallLimitMiddleware`` does):
 
 - ``before_agent`` (once per ``invoke`` / ``ainvoke`` / ``stream`` / ``astream``; not again when an
   interrupted run resumes): a new turn.
-- ``wrap_model_call`` (inside the model node, one per step), before the model: records the outcomes of
-  the last batch of tool calls (``ToolMessage.status``, and the content as the model reads it:
-  ``calls.model_view``), then asks whether the turn must end; if so, the model is not called and the
-  node's answer is an ``AIMessage`` holding the stop message, which ends the loop (no tool calls).
-  After the model: counts the call with its seconds and its cost from ``usage_metadata``, and decides
-  every tool call of the response as one batch (``Policy.decide_tool_calls``), before any of them runs,
-  so the results of parallel calls never restart each other's counts. The counters and the decisions
-  go into the state.
+- ``before_model`` (one per step, before the model node): records the outcomes of the last batch of tool
+  calls (``ToolMessage.status``, and the content as the model reads it: ``calls.model_view``; a call a
+  reviewer rejected is withdrawn, a call a reviewer edited is decided afresh on what ran), then asks
+  whether the turn must end; if so, it ends the turn through the agent's own end jump
+  (``{"jump_to": "end", "messages": [AIMessage(stop.message)]}``, as ``ModelCallLimitMiddleware`` does): the
+  model node does not run, so no other middleware counts a model call that never happened.
+- ``wrap_model_call`` (inside the model node): times the call, counts it with its cost from
+  ``usage_metadata``, and decides every tool call of the response as one batch
+  (``Policy.decide_tool_calls``), before any of them runs, so the results of parallel calls never restart
+  each other's counts. The decisions are committed with the response in one checkpoint, before any
+  ``after_model`` hook (``HumanInTheLoopMiddleware``'s review among them) sees the response.
 - ``wrap_tool_call`` (one per tool call, in parallel): a refused call gets the refusal as its
-  ``ToolMessage`` and the tool does not run; an allowed call runs as usual.
+  ``ToolMessage`` and the tool does not run; an allowed call runs as usual; a call a reviewer edited is
+  decided afresh on its new arguments.
 
 The counters live in the graph state under ``repeat_guard`` (see ``state``), so they are checkpointed
 with the thread. The middleware object holds settings only: one compiled agent serves every thread.
@@ -31,37 +35,46 @@ from langchain.agents.middleware import (
     ModelRequest,
     ModelResponse,
     ToolCallRequest,
+    hook_config,
 )
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langchain_core.messages import ToolCall as LangChainToolCall
+from langchain_core.messages.tool import tool_call
+from langgraph.errors import GraphInterrupt
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from repeat_hooks import (
     Clock,
     CostOf,
-    Feed,
     GuardSetupError,
     GuardState,
     Stopwatch,
-    check_feeds,
+    check_budgets,
     check_tool_names,
     policy_from,
 )
 from repeat_hooks.clock import monotonic
 
 from .calls import (
+    HITL_EDITS_KEY,
     Hints,
     answered_positions,
+    dump_hints,
+    edit_of,
     failed,
     guard_call,
     last_ai_message,
     last_batch,
+    load_hints,
     model_messages,
     model_view,
+    rejected_by_reviewer,
     request_position,
+    same_call,
     tool_hints,
 )
-from .state import REFUSALS_KEY, STATE_KEY, RepeatGuardState, dump_state, load_state
+from .state import HINTS_KEY, REFUSALS_KEY, STATE_KEY, RepeatGuardState, dump_state, load_state
 
 ModelHandler = Callable[[ModelRequest[Any]], ModelResponse[Any]]
 AsyncModelHandler = Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
@@ -70,11 +83,17 @@ AsyncToolHandler = Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[A
 
 OWNER = "RepeatGuardMiddleware"
 
-_HOW_TO_FEED = {
-    Feed.COST: f"{OWNER}(policy, cost=TokenPrices(input_usd_per_million, output_usd_per_million))",
-    Feed.SECONDS: f"{OWNER}(policy, clock=repeat_hooks.clock.monotonic)",
-}
-"""The spelling that feeds each budget, for ``check_feeds``'s message."""
+RAN_KEY = "repeat_guard_ran"
+"""The ``response_metadata`` key of the ``ToolMessage`` of a call a reviewer edited: the call as it was
+decided afresh (``{"name", "args", "refused"}``), so the next step's counts follow what ran. Never sent to
+the model (chat model integrations do not send ``response_metadata``)."""
+
+PER_CALL_ORDER = (
+    "HumanInTheLoopMiddleware(interrupt_mode='per_call') reviews a call inside the tool-call chain, and it is "
+    "listed after RepeatGuardMiddleware, so a reviewer's edit would run without being decided; list it first: "
+    "create_agent(..., middleware=[HumanInTheLoopMiddleware(interrupt_on=skip_refused({...}), "
+    "interrupt_mode='per_call'), RepeatGuardMiddleware(...)])"
+)
 
 
 class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
@@ -92,6 +111,9 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
     (``repeat_hooks.clock.monotonic``; ``None``: 0 seconds). A setting the middleware could not feed fails
     here, with ``repeat_hooks.GuardSetupError``; a tool named in the policy that the agent does not have
     fails at the agent's first tool call, when the tool node's full list is known.
+
+    With ``HumanInTheLoopMiddleware``: pass its ``interrupt_on`` through ``skip_refused`` so nobody is asked
+    about a call the guard refused, and list it before the guard.
     """
 
     state_schema = RepeatGuardState
@@ -107,9 +129,7 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         super().__init__()
         self.policy = policy_from(policy, settings, owner=OWNER)
         """The rules, shared by every thread (settings only; the counts are in each thread's state)."""
-        fed = {Feed.OUTCOMES, Feed.MODEL_CALLS}
-        fed |= {feed for feed, given in ((Feed.COST, cost), (Feed.SECONDS, clock)) if given is not None}
-        check_feeds(self.policy, can=fed, owner=OWNER, how=_HOW_TO_FEED)
+        check_budgets(self.policy, owner=OWNER, cost=cost, clock=clock)
         self.cost = cost
         """Maps a response's ``usage_metadata`` to US dollars, for ``max_cost_usd`` (``None``: 0 dollars)."""
         self.clock = clock
@@ -129,32 +149,59 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         """``before_agent`` for ``ainvoke`` / ``astream``."""
         return self.before_agent(state, runtime)
 
+    # -- before each model call ----------------------------------------------------------------------
+
+    @hook_config(can_jump_to=["end"])
+    def before_model(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Fires before each model call: records the last tool results, then ends the turn if a rule trips.
+
+        The end is the agent's own jump (``{"jump_to": "end", "messages": [AIMessage(stop.message)]}``): the
+        model node does not run; the caller's last message is the stop message (``stop_of(result)`` says why).
+        """
+        return self._before_model(state)
+
+    @hook_config(can_jump_to=["end"])
+    async def abefore_model(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """``before_model`` for ``ainvoke`` / ``astream``."""
+        return self._before_model(state)
+
+    def _before_model(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        guard = load_state(state)
+        hints = load_hints(state.get(HINTS_KEY))
+        self._record_outcomes(guard, state.get("messages", ()), state.get(REFUSALS_KEY) or {}, hints)
+        stop = self.policy.decide_model_call(guard)
+        update: dict[str, Any] = {STATE_KEY: dump_state(guard)}
+        if stop is not None:
+            update["jump_to"] = "end"
+            update["messages"] = [AIMessage(content=stop.message)]
+            for key in (REFUSALS_KEY, HINTS_KEY):
+                if state.get(key):
+                    update[key] = {}
+        return update
+
     # -- model calls ---------------------------------------------------------------------------------
 
     def wrap_model_call(
         self, request: ModelRequest[Any], handler: ModelHandler
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        """Fires around each model call (inside the model node).
-
-        Before: records the last tool results; if a rule trips, returns an ``AIMessage`` holding the stop
-        message instead of calling the model (the loop ends; ``stop_of(result)`` gives the stop).
-        After: counts the call (seconds, cost) and decides the response's tool calls as one batch. Returns
-        the model's response unchanged, with the counters and decisions as a state update. A model call
-        that raises is not counted (the error reaches the caller).
+        """Fires around each model call (inside the model node): times it, then counts it (seconds, cost)
+        and decides its response's tool calls as one batch. Returns the model's response unchanged, with
+        the counters and decisions as a state update. A model call that raises is not counted (the error
+        reaches the caller).
         """
-        pending = self._before_model(request)
-        if isinstance(pending, ExtendedModelResponse):
-            return pending
-        return self._after_model(request, pending, handler(request))
+        watch = Stopwatch(self.clock)
+        watch.start()
+        response = handler(request)
+        return self._after_model(request, watch, response)
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: AsyncModelHandler
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """``wrap_model_call`` for ``ainvoke`` / ``astream``."""
-        pending = self._before_model(request)
-        if isinstance(pending, ExtendedModelResponse):
-            return pending
-        return self._after_model(request, pending, await handler(request))
+        watch = Stopwatch(self.clock)
+        watch.start()
+        response = await handler(request)
+        return self._after_model(request, watch, response)
 
     # -- tool calls ----------------------------------------------------------------------------------
 
@@ -162,41 +209,36 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         """Fires around each tool call: a refused call returns its refusal as its ``ToolMessage``
         (``status="error"``) without calling ``handler``; an allowed one returns ``handler``'s result.
         """
-        refusal = self._refusal(request)
-        if refusal is not None:
-            return refusal
-        return handler(request)
+        verdict = self._verdict(request)
+        if verdict.refusal is not None:
+            return verdict.refusal
+        try:
+            return _stamp(handler(request), verdict)
+        except GraphInterrupt as interrupt:
+            _check_interrupt(interrupt)
+            raise
 
     async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncToolHandler) -> ToolMessage | Command[Any]:
         """``wrap_tool_call`` for ``ainvoke`` / ``astream``."""
-        refusal = self._refusal(request)
-        if refusal is not None:
-            return refusal
-        return await handler(request)
+        verdict = self._verdict(request)
+        if verdict.refusal is not None:
+            return verdict.refusal
+        try:
+            return _stamp(await handler(request), verdict)
+        except GraphInterrupt as interrupt:
+            _check_interrupt(interrupt)
+            raise
 
     # -- helpers -------------------------------------------------------------------------------------
 
-    def _before_model(self, request: ModelRequest[Any]) -> _Pending | ExtendedModelResponse[Any]:
-        """Records the last tool results; the stop answer if the turn must end, else the model call's
-        counters, with its tools' hints and a started stopwatch."""
-        state: Mapping[str, Any] = request.state
-        hints = tool_hints(request.tools)
-        guard = load_state(state)
-        self._record_outcomes(guard, state.get("messages", ()), state.get(REFUSALS_KEY) or {}, hints)
-        stop = self.policy.decide_model_call(guard)
-        if stop is not None:
-            answer = ModelResponse[Any](result=[AIMessage(content=stop.message)])
-            return ExtendedModelResponse(model_response=answer, command=self._update(state, guard, {}))
-        watch = Stopwatch(self.clock)
-        watch.start()
-        return _Pending(guard, hints, watch)
-
     def _after_model(
-        self, request: ModelRequest[Any], pending: _Pending, response: ModelResponse[Any]
+        self, request: ModelRequest[Any], watch: Stopwatch, response: ModelResponse[Any]
     ) -> ExtendedModelResponse[Any]:
         """Counts the model call and decides every tool call of its response as one batch."""
-        guard, hints, watch = pending
         seconds = watch.seconds()
+        state: Mapping[str, Any] = request.state
+        guard = load_state(state)
+        hints = tool_hints(request.tools)
         messages = model_messages(response.result)
         cost = 0.0
         if self.cost is not None:
@@ -228,14 +270,13 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
             for position, refusal in zip(batch, refusals, strict=True):
                 if refusal is not None:
                     decisions[str(position)] = refusal.message
-        return ExtendedModelResponse(model_response=response, command=self._update(request.state, guard, decisions))
-
-    @staticmethod
-    def _update(state: Mapping[str, Any], guard: GuardState, decisions: dict[str, str]) -> Command[Any]:
         update: dict[str, Any] = {STATE_KEY: dump_state(guard)}
         if decisions or state.get(REFUSALS_KEY):
             update[REFUSALS_KEY] = decisions  # written when there is something to set or to clear
-        return Command(update=update)
+        batch_hints = dump_hints(hints, [call["name"] for call in calls])
+        if batch_hints or state.get(HINTS_KEY):
+            update[HINTS_KEY] = batch_hints
+        return ExtendedModelResponse(model_response=response, command=Command(update=update))
 
     def _record_outcomes(
         self,
@@ -244,31 +285,73 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         decisions: Mapping[str, str],
         hints: Mapping[str, Hints],
     ) -> None:
-        """Records the outcome of each call of the last batch the guard let run (its ``ToolMessage``)."""
+        """Records the outcome of each call of the last batch: what ran, as the model read it.
+
+        A call a reviewer rejected did not run: withdrawn (it neither counts nor waits for an outcome). A call
+        a reviewer edited is taken back and decided afresh on what ran, as the tool node decided it.
+        """
         message, answers = last_batch(messages)
         if message is None:
             return
         calls = message.tool_calls
         for answer, position in zip(answers, answered_positions(calls, answers), strict=True):
-            if position is None or str(position) in decisions:
-                continue  # not asked for in this message, refused by the guard, or not the guard's
-            call = guard_call(calls[position], hints)
+            if position is None:
+                continue  # not asked for in this message
+            decided = decisions.get(str(position))
+            if decided == "":
+                continue  # not the guard's (a structured-output call)
+            allowed = decided is None
+            original = guard_call(calls[position], hints)
+            ran = answer.response_metadata.get(RAN_KEY) if isinstance(answer.response_metadata, dict) else None
+            if isinstance(ran, dict) and isinstance(ran.get("name"), str):
+                # A reviewer replaced the call: the original did not run; the new one was decided in the tool node.
+                if allowed:
+                    self.policy.withdraw_tool_call(guard, original)
+                args = ran.get("args")
+                ran_call = tool_call(name=ran["name"], args=args if isinstance(args, dict) else {}, id=None)
+                edited = guard_call(ran_call, hints)
+                if self.policy.decide_tool_call(guard, edited) is None and not ran.get("refused"):
+                    self.policy.record_tool_result(guard, edited, ok=not failed(answer), result=model_view(answer))
+                continue
+            if not allowed:
+                continue  # refused by the guard: nothing ran
+            if rejected_by_reviewer(answer):
+                self.policy.withdraw_tool_call(guard, original)
+                continue
             # What the model read of the result (content, block ids left out), not the message object.
-            self.policy.record_tool_result(guard, call, ok=not failed(answer), result=model_view(answer))
+            self.policy.record_tool_result(guard, original, ok=not failed(answer), result=model_view(answer))
 
-    def _refusal(self, request: ToolCallRequest) -> ToolMessage | None:
-        """The refusal decided for the call ``request`` runs, as its ``ToolMessage``; ``None``: let it run."""
+    def _verdict(self, request: ToolCallRequest) -> _Verdict:
+        """What to do with the call ``request`` runs: its refusal as a ``ToolMessage``, or run it (and, when a
+        reviewer edited it, the call that runs, for the next step's counts)."""
         self._check_tool_names(request)
-        decisions = request.state.get(REFUSALS_KEY)
-        if not decisions:
-            return None
+        state = request.state
         call = request.tool_call
-        message = last_ai_message(request.state.get("messages", ()))
+        message = last_ai_message(state.get("messages", ()))
         position = None if message is None else request_position(message, call)
-        text = None if position is None else decisions.get(str(position))
-        if not text:
-            return None
-        return ToolMessage(content=text, tool_call_id=call.get("id") or "", name=call["name"], status="error")
+        if message is None or position is None:
+            return _RUN
+        decisions: Mapping[str, str] = state.get(REFUSALS_KEY) or {}
+        decided = decisions.get(str(position))
+        if decided == "":
+            return _RUN  # not the guard's to decide
+        original = message.tool_calls[position]
+        running = edit_of(state.get(HITL_EDITS_KEY), call) or call
+        if same_call(original, running):
+            if decided is None:
+                return _RUN
+            return _Verdict(_refusal_message(call, decided), None)
+        # A reviewer replaced the call: decide the new one afresh, on the counts as the model node left them.
+        hints = load_hints(state.get(HINTS_KEY))
+        hints.update(tool_hints(getattr(request.runtime, "tools", None) or ()))
+        guard = load_state(state)
+        if decided is None:
+            self.policy.withdraw_tool_call(guard, guard_call(original, hints))
+        refusal = self.policy.decide_tool_call(guard, guard_call(running, hints))
+        ran = {"name": running["name"], "args": running.get("args"), "refused": refusal is not None}
+        if refusal is not None:
+            return _Verdict(_refusal_message(call, refusal.message, ran), None)
+        return _Verdict(None, ran)
 
     def _check_tool_names(self, request: ToolCallRequest) -> None:
         """The tools named in the policy must be the agent's: checked against the tool node's full list (not
@@ -281,12 +364,38 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
             check_tool_names(self.policy, (tool.name for tool in tools), owner=OWNER)
 
 
-class _Pending(NamedTuple):
-    """A model call under way: the thread's counters, its tools' hints, and the stopwatch timing it."""
+class _Verdict(NamedTuple):
+    """A tool call's fate: its refusal (the tool does not run), or ``None`` and, for a call a reviewer edited,
+    the call that runs (``{"name", "args", "refused"}``) to stamp on its result."""
 
-    guard: GuardState
-    hints: Mapping[str, Hints]
-    watch: Stopwatch
+    refusal: ToolMessage | None
+    ran: dict[str, Any] | None
+
+
+_RUN = _Verdict(None, None)
+
+
+def _refusal_message(call: LangChainToolCall, text: str, ran: dict[str, Any] | None = None) -> ToolMessage:
+    """A refusal as the call's ``ToolMessage`` (``status="error"``)."""
+    metadata = {RAN_KEY: ran} if ran is not None else {}
+    return ToolMessage(
+        content=text, tool_call_id=call.get("id") or "", name=call["name"], status="error", response_metadata=metadata
+    )
+
+
+def _stamp(result: ToolMessage | Command[Any], verdict: _Verdict) -> ToolMessage | Command[Any]:
+    """``result`` with the call that ran in its ``response_metadata``, when a reviewer edited the call."""
+    if verdict.ran is None or not isinstance(result, ToolMessage):
+        return result
+    return result.model_copy(update={"response_metadata": {**result.response_metadata, RAN_KEY: verdict.ran}})
+
+
+def _check_interrupt(interrupt: GraphInterrupt) -> None:
+    """A per-call review raised inside the guard's tool-call hook: the reviewer's edit would run undecided."""
+    for item in interrupt.args[0] if interrupt.args and isinstance(interrupt.args[0], Sequence) else ():
+        value = getattr(item, "value", None)
+        if isinstance(value, Mapping) and value.get("type") == "tool_approval":
+            raise GuardSetupError(PER_CALL_ORDER) from None
 
 
 def _turn_id(runtime: Runtime[Any]) -> str | None:

@@ -16,7 +16,7 @@ from langchain.agents.middleware import AgentState
 from langchain.agents.middleware.types import OmitFromInput, PrivateStateAttr
 from typing_extensions import NotRequired
 
-from repeat_hooks import GuardState, StateCorrupt, Stop
+from repeat_hooks import GuardSetupError, GuardState, StateCorrupt, Stop
 from repeat_hooks import load_state as load_guard_state
 
 STATE_KEY = "repeat_guard"
@@ -25,6 +25,11 @@ STATE_KEY = "repeat_guard"
 REFUSALS_KEY = "repeat_guard_refusals"
 """The graph-state key holding the decisions of the last model response for the tool node:
 ``{position of the call in the AIMessage: refusal text}``, ``""`` for a call the guard did not decide."""
+
+
+HINTS_KEY = "repeat_guard_hints"
+"""The graph-state key holding the effect hints of the last model response's tools (``calls.dump_hints``),
+for recording their outcomes before the next model call."""
 
 
 class RepeatGuardState(AgentState[Any]):
@@ -37,6 +42,8 @@ class RepeatGuardState(AgentState[Any]):
     repeat_guard: NotRequired[Annotated[dict[str, Any], OmitFromInput]]
     repeat_guard_refusals: NotRequired[Annotated[dict[str, str], PrivateStateAttr]]
     """The refusals of the last model response, for the tool node: written with the decisions."""
+    repeat_guard_hints: NotRequired[Annotated[dict[str, list[bool | None]], PrivateStateAttr]]
+    """The effect hints of the last model response's tools: written with the decisions."""
 
 
 def load_state(state: Mapping[str, Any]) -> GuardState:
@@ -59,8 +66,20 @@ def dump_state(state: GuardState) -> dict[str, Any]:
     return state.model_dump(mode="json")
 
 
+MISSING = (
+    "this result has no {key!r} key: the agent that made it runs without RepeatGuardMiddleware "
+    "(create_agent(model, tools, middleware=[RepeatGuardMiddleware()])), or this is not what invoke / "
+    "ainvoke returned, the last stream_mode='values' chunk or agent.get_state(config).values"
+)
+
+
 def guard_state_of(result: Mapping[str, Any]) -> GuardState:
-    """The guard's state in a result of ``invoke`` / ``ainvoke`` (or ``agent.get_state(config).values``)."""
+    """The guard's state in a result of ``invoke`` / ``ainvoke`` (or ``agent.get_state(config).values``).
+
+    A result without the guard's key raises ``repeat_hooks.GuardSetupError``: the middleware is missing.
+    """
+    if not isinstance(result, Mapping) or STATE_KEY not in result:
+        raise GuardSetupError(MISSING.format(key=STATE_KEY))
     return load_state(result)
 
 
@@ -68,6 +87,7 @@ def stop_of(result: Mapping[str, Any]) -> Stop | None:
     """Why the guard ended the turn whose result this is (``Stop.reason``, ``Stop.message``), or ``None``.
 
     ``result``: what ``invoke`` / ``ainvoke`` returned, the last ``stream_mode="values"`` chunk, or
-    ``agent.get_state(config).values``.
+    ``agent.get_state(config).values``. A result without the guard's key raises
+    ``repeat_hooks.GuardSetupError``: the agent runs without ``RepeatGuardMiddleware``.
     """
-    return load_state(result).turn.stop
+    return guard_state_of(result).turn.stop

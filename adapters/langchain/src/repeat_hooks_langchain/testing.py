@@ -38,7 +38,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import ConfigDict, Field, PrivateAttr, SkipValidation
 
 from repeat_hooks import error_text
-from repeat_hooks.testing import Scenario, Tool, ToolBox, ToolFailed, TurnOutcome, call_id, response
+from repeat_hooks.testing import Cursor, Scenario, Tool, ToolBox, ToolFailed, TurnOutcome
 
 from .guard import RepeatGuardMiddleware
 from .state import stop_of
@@ -185,8 +185,9 @@ class Driver:
     ``read_only`` as MCP's ``readOnlyHint`` in the tool's ``metadata``, where ``langchain-mcp-adapters`` puts
     it), a ``ScriptedChatModel`` answering the scenario's script at the chat-model seam,
     ``RepeatGuardMiddleware(scenario.policy, **options)``, an ``InMemorySaver``; one thread, one ``invoke``
-    (or ``ainvoke``) per user turn. A scripted failure raises ``ToolException`` with the kit's error text,
-    which the tool turns into a ``status="error"`` ``ToolMessage`` (``handle_tool_error=True``). What the
+    (or ``ainvoke``) per user turn; the model answers what the kit's ``Cursor`` says comes next. A scripted
+    failure raises ``ToolException`` with the kit's error text, which the tool turns into a
+    ``status="error"`` ``ToolMessage`` (``handle_tool_error=True``). What the
     model saw is read from the thread's messages (the ``ToolMessage``\\ s after the turn's user message);
     the stop through ``stop_of``.
     """
@@ -199,7 +200,8 @@ class Driver:
 
     def run(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
         """Run every turn of ``scenario`` on one thread of a fresh agent; one outcome per turn."""
-        model = ScriptedChatModel(then=_script(scenario))
+        cursor = Cursor(scenario)
+        model = ScriptedChatModel(then=_script(cursor))
         agent = create_agent(
             model,
             tools=[kit_tool(box, tool) for tool in scenario.tools],
@@ -208,7 +210,8 @@ class Driver:
         )
         config: Any = {"configurable": {"thread_id": "kit"}, "recursion_limit": 200}
         outcomes: list[TurnOutcome] = []
-        for turn in scenario.turns:
+        for number, turn in enumerate(scenario.turns):
+            cursor.start_turn(number)
             user: Any = {"messages": [HumanMessage(content=turn.message)]}
             result = asyncio.run(agent.ainvoke(user, config)) if self.asynchronous else agent.invoke(user, config)
             messages: list[BaseMessage] = result["messages"]
@@ -233,24 +236,14 @@ def kit_tool(box: ToolBox, tool: Tool) -> BaseTool:
     )
 
 
-def _script(scenario: Scenario) -> Reply:
-    """The kit's scripted model: in turn ``t`` (user messages so far), step ``i`` (responses since the last
-    user message) answers ``response(scenario, t, i)``, with the kit's call ids."""
+def _script(cursor: Cursor) -> Reply:
+    """The kit's scripted model: each call answers the cursor's next response, with the kit's call ids."""
 
     def reply(messages: Sequence[BaseMessage]) -> AIMessage:
-        turn = sum(isinstance(message, HumanMessage) for message in messages) - 1
-        step = 0
-        for message in reversed(messages):
-            if isinstance(message, HumanMessage):
-                break
-            step += isinstance(message, AIMessage)
-        scripted = response(scenario, turn, step)
+        scripted = cursor.next()
         if isinstance(scripted, str):
             return AIMessage(content=scripted)
-        calls = [
-            {"name": call.tool, "args": {"query": call.query}, "id": call_id(turn, step, index, call)}
-            for index, call in enumerate(scripted)
-        ]
+        calls = [{"name": call.tool, "args": {"query": call.query}, "id": call_id} for call, call_id in scripted]
         return AIMessage(content="", tool_calls=calls)
 
     return reply

@@ -316,9 +316,13 @@ def _configure(guard: type[RepeatGuardHook]) -> None:
     """Check a guard class's body and what its policy needs, name its states, and give it its own store
     unless it names or inherits one. Which hook points rc11 sees is decided on access, by ``settings.GuardClass``."""
     settings.check_class_body(guard)
-    can = {Feed.OUTCOMES, Feed.MODEL_CALLS} | ({Feed.COST} if guard.cost is not None else set())
-    how = {Feed.COST: f"class {guard.__name__}(RepeatGuardHook): cost = TokenPrices(...)"}
-    check_feeds(guard.policy, can=can, owner=f"{guard.__name__} (rc11 records no model latency)", how=how)
+    check_feeds(
+        guard.policy,
+        can={Feed.OUTCOMES, Feed.MODEL_CALLS} | ({Feed.COST} if guard.cost is not None else set()),
+        owner=guard.__name__,
+        how={Feed.COST: f"class {guard.__name__}(RepeatGuardHook): cost = TokenPrices(...)"},
+        why={Feed.SECONDS: "rc11 records no model latency"},
+    )
     if "state_name" not in guard.__dict__:
         type.__setattr__(guard, "state_name", settings.default_state_name(guard))
     settings.claim_state_name(guard)

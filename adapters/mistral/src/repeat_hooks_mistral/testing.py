@@ -38,7 +38,6 @@ from mistralai.vibe.harness.app_server.session import TextContentBlock as Sessio
 from mistralai.vibe.harness.core.protocol import TextContentBlock
 from mistralai.vibe.harness.runtime.completion import CompletionConfigBase
 from mistralai.vibe.harness.runtime.completion.models import (
-    CompletionAssistantMessage,
     CompletionRequest,
     CompletionStreamItem,
     CompletionToolMessage,
@@ -52,7 +51,7 @@ from mistralai.vibe.harness.runtime.completion.models import (
 from mistralai.vibe_agents.sdk.transport.results import RunResult, run_one_turn
 
 from repeat_hooks import MemoryStore, Stop
-from repeat_hooks.testing import FINAL, Scenario, ToolBox, TurnOutcome, call_id, response
+from repeat_hooks.testing import FINAL, Cursor, Scenario, ToolBox, TurnOutcome
 
 from .guard import RepeatGuardHook
 from .settings import GuardClass
@@ -191,10 +190,10 @@ class Driver:
     Each scenario gets its own guard class (``RepeatGuardHook`` with the scenario's policy and a store of
     its own), its tools as ``@agents.tool`` functions taking one string ``query`` (each run goes to
     ``ToolBox.run``; a ``ToolFailed`` reaches rc11 as the tool's exception), and a ``ScriptedModel`` at
-    the provider seam that answers the scenario's script: turn ``t`` is the number of user messages in
-    the request less one, the step the number of assistant messages since the last one. All turns run in
-    one session, each through ``RepeatGuardHook.run(session, text)``: ``TurnOutcome.final`` is its text
-    (the stop message when the guard ended the turn) and ``TurnOutcome.stop`` its stop.
+    the provider seam that answers the scenario's script in order (``repeat_hooks.testing.Cursor``: the
+    driver starts each turn). All turns run in one session, each through ``RepeatGuardHook.run(session,
+    text)``: ``TurnOutcome.final`` is its text (the stop message when the guard ended the turn) and
+    ``TurnOutcome.stop`` its stop.
 
     ``TurnOutcome.seen`` is read from the conversation rc11 holds for the model: rc11's session history
     (``session.state.history``) leaves out every refused call and keeps one entry per call id, so after
@@ -235,20 +234,16 @@ class Driver:
             "store": MemoryStore(),
         }
         guard = cast(type[RepeatGuardHook], GuardClass(f"Conformance{number}", (RepeatGuardHook,), body))
-        turns = len(scenario.turns)
+        cursor = Cursor(scenario)
+        probing = False
 
         def script(request: CompletionRequest) -> Reply:
-            turn = sum(isinstance(message, CompletionUserMessage) for message in request.messages) - 1
-            if turn >= turns:
+            if probing:
                 return FINAL
-            step = _since_last_user(request, CompletionAssistantMessage)
-            reply = response(scenario, turn, step)
+            reply = cursor.next()
             if isinstance(reply, str):
                 return reply
-            return [
-                ToolUse(call.tool, {"query": call.query}, call_id=call_id(turn, step, index, call))
-                for index, call in enumerate(reply)
-            ]
+            return [ToolUse(call.tool, {"query": call.query}, call_id=identifier) for call, identifier in reply]
 
         model = ScriptedModel(script)
         agent = agents.Agent(
@@ -264,9 +259,11 @@ class Driver:
         )
         outcomes: list[TurnOutcome] = []
         async with await agent.create_session() as session:
-            for turn in scenario.turns:
+            for number, turn in enumerate(scenario.turns):
+                cursor.start_turn(number)
                 result, stop = await guard.run(session, turn.message)
                 outcomes.append(TurnOutcome(final=result.text, stop=stop if isinstance(stop, Stop) else None, seen=[]))
+            probing = True
             await guard.run(session, self.PROBE)
         conversation = model.requests[-1]
         for outcome, seen in zip(outcomes, _tool_messages_by_turn(conversation), strict=False):

@@ -14,17 +14,20 @@ context holds the conversation's counts (the context *is* the ``GuardState``, or
 in ``repeat_guard``). Its ``RepeatGuardHooks`` (the clone's agent hooks) start turns, count model calls and
 decide each response's calls as a batch; a tool input guardrail hands each call its decision, an output
 guardrail records its outcome, and the agent's ``tool_use_behavior`` ends the turn with the guard's
-message. Save a paused run with ``RunState.to_json(context_serializer=context_serializer)``.
+message (or raises ``RepeatGuardStopped`` for a structured ``output_type``, or with ``on_stop="raise"``).
+Save a paused run with ``RunState.to_json(context_serializer=context_serializer)``: the resumed run, in any
+process, continues the turn; a call a human rejects does not count, and one the guard refused is never asked.
 """
 
 from repeat_hooks import GuardState, Policy, Stop, StopReason, TokenPrices
 
 from .calls import McpHints, is_sdk_error, model_view
-from .guard import EndTurn, RecordOutcome, RefuseRepeats, RepeatGuardHooks, guard_agent
+from .guard import AskUnlessRefused, EndTurn, RecordOutcome, RefuseRepeats, RepeatGuardHooks, guard_agent
 from .state import (
     GUARD_ATTRIBUTE,
     GuardSetupError,
     MissingGuard,
+    RepeatGuardStopped,
     context_deserializer,
     context_serializer,
     find_state,
@@ -36,6 +39,7 @@ from .state import (
 
 __all__ = [
     "GUARD_ATTRIBUTE",
+    "AskUnlessRefused",
     "EndTurn",
     "GuardSetupError",
     "GuardState",
@@ -45,6 +49,7 @@ __all__ = [
     "RecordOutcome",
     "RefuseRepeats",
     "RepeatGuardHooks",
+    "RepeatGuardStopped",
     "Stop",
     "StopReason",
     "TokenPrices",

@@ -15,7 +15,10 @@ every agent it can hand off to, on which the guard sits at these points of the S
 - **after a tool ran**: ``RecordOutcome``, a tool *output* guardrail (only when the policy needs
   outcomes), records ok or failed and what the model reads of the result.
 - **before the next model call**: ``EndTurn``, the clone's ``tool_use_behavior``, fires after each batch
-  of function tools: a stop ends the run with ``final_output = stop.message`` and no further model call.
+  of function tools: a stop ends the run with no further model call, with ``final_output = stop.message``
+  (a text agent) or by raising ``RepeatGuardStopped`` (a structured ``output_type``, or ``on_stop="raise"``).
+- **human approval**: ``AskUnlessRefused``, the guarded tools' ``needs_approval``: a call the guard refused
+  with its batch is never put to a human; ``EndTurn`` withdraws a call a human rejected from its count.
 
 The clone keeps no counts: they live in each run's context (a ``GuardState``, see ``state``), so one
 guarded agent serves concurrent conversations. Your own tools, guardrails, hooks and
@@ -35,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import weakref
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from agents import (
     Agent,
@@ -57,6 +60,7 @@ from agents import (
     UserError,
 )
 from agents.agent import StopAtTools, ToolsToFinalOutputFunction
+from agents.agent_output import AgentOutputSchemaBase
 from agents.items import TResponseInputItem
 from agents.tool_context import ToolContext
 from pydantic import TypeAdapter
@@ -65,21 +69,21 @@ import repeat_hooks
 from repeat_hooks import (
     Clock,
     CostOf,
-    Feed,
     GuardState,
     HookPoint,
     Policy,
     Stopwatch,
     batch_call_ids,
-    check_feeds,
+    check_budgets,
     check_tool_names,
     policy_from,
 )
 from repeat_hooks.clock import monotonic
 
-from .calls import FailureCheck, McpHints, batch_of, call_of, failed, model_view, output_type_of
+from .calls import FailureCheck, McpHints, batch_of, call_of, failed, model_view, output_type_of, tool_call
 from .state import (
     GuardSetupError,
+    RepeatGuardStopped,
     Run,
     check_turn,
     fail,
@@ -95,6 +99,10 @@ TContext = TypeVar("TContext")
 _ALLOW = ToolGuardrailFunctionOutput.allow()
 _GO_ON = ToolsToFinalOutputResult(is_final_output=False, final_output=None)
 _OWNER = "guard_agent"
+_SPELLING = "guard_agent(agent, Policy(...))"
+
+OnStop = Literal["reply", "raise"]
+"""How a stop ends a text agent's run (``guard_agent(..., on_stop=...)``); typed-output agents always raise."""
 
 ToolUseBehavior = Any
 """What ``Agent.tool_use_behavior`` accepts: ``"run_llm_again"``, ``"stop_on_first_tool"``, a
@@ -108,6 +116,7 @@ def guard_agent(
     cost: CostOf | None = None,
     clock: Clock | None = monotonic,
     is_failure: FailureCheck | None = None,
+    on_stop: OnStop = "reply",
     **settings: Any,
 ) -> Agent[TContext]:
     """A guarded clone of ``agent``; call it once at start-up and share the result across runs.
@@ -117,14 +126,17 @@ def guard_agent(
     for ``max_cost_usd``; ``clock`` times each model call (seconds), for ``max_model_seconds`` (inside a
     Temporal workflow: ``temporalio.workflow.time``; ``None``: no time recorded). ``is_failure(output) ->
     bool`` marks tool outputs that mean the call failed, on top of the SDK's own error text for a tool that
-    raised or timed out (``is_sdk_error``).
+    raised or timed out (``is_sdk_error``). ``on_stop``: how a stop ends a text agent's run: ``"reply"`` (its
+    ``final_output`` is the stop's message) or ``"raise"`` (``RepeatGuardStopped``, as the SDK raises
+    ``MaxTurnsExceeded``); an agent with a structured ``output_type`` always raises, so that its output
+    guardrails, ``on_end`` hooks and callers never receive the stop text as its output.
 
     Run the clone with the conversation's state in its context: ``Runner.run(agent, input,
     context=GuardState())``. Raises ``GuardSetupError`` at once for a budget nothing feeds
     (``max_cost_usd`` without ``cost``, ``max_model_seconds`` with ``clock=None``), ``TypeError`` for a
     policy given wrongly. Guarding a guarded agent replaces its guard (nothing is attached twice).
     """
-    guard = RepeatGuardHooks(policy, cost=cost, clock=clock, is_failure=is_failure, **settings)
+    guard = RepeatGuardHooks(policy, cost=cost, clock=clock, is_failure=is_failure, on_stop=on_stop, **settings)
     return _Guarding(guard).agent(agent)
 
 
@@ -144,10 +156,11 @@ class RepeatGuardHooks(AgentHooks[Any]):
         cost: CostOf | None = None,
         clock: Clock | None = monotonic,
         is_failure: FailureCheck | None = None,
+        on_stop: OnStop = "reply",
         inner: AgentHooks[Any] | None = None,
         **settings: Any,
     ) -> None:
-        self.policy: Policy = policy_from(policy, settings, owner=_OWNER)
+        self.policy: Policy = policy_from(policy, settings, owner=_OWNER, spelling=_SPELLING)
         """The settings every run of the guarded agents follows."""
         self.cost = cost
         """Maps a response's ``Usage`` to US dollars, for ``max_cost_usd``."""
@@ -155,25 +168,16 @@ class RepeatGuardHooks(AgentHooks[Any]):
         """Times each model call, for ``max_model_seconds``."""
         self.is_failure = is_failure
         """Marks tool outputs that mean the call failed."""
+        if on_stop not in ("reply", "raise"):
+            raise TypeError(
+                f"{_OWNER} takes on_stop='reply' (a text agent's final_output is the stop message) or "
+                f"on_stop='raise' (RepeatGuardStopped), not {on_stop!r}"
+            )
+        self.on_stop: OnStop = on_stop
+        """``"reply"``: a text agent's stopped run ends with the stop's message; ``"raise"``: every stop raises."""
         self.inner: AgentHooks[Any] | None = inner.inner if isinstance(inner, RepeatGuardHooks) else inner
         """The agent's own hooks, called after the guard's work."""
-        feeds = {Feed.OUTCOMES, Feed.MODEL_CALLS}
-        feeds |= {Feed.SECONDS} if clock is not None else set()
-        feeds |= {Feed.COST} if cost is not None else set()
-        try:
-            check_feeds(
-                self.policy,
-                can=feeds,
-                owner=_OWNER,
-                how={
-                    Feed.SECONDS: "guard_agent(agent, ..., clock=time.monotonic) (in a Temporal workflow: "
-                    "clock=temporalio.workflow.time)",
-                    Feed.COST: "guard_agent(agent, ..., cost=TokenPrices(input_usd_per_million, "
-                    "output_usd_per_million))",
-                },
-            )
-        except repeat_hooks.GuardSetupError as error:
-            raise GuardSetupError(f"repeat-hooks: {error}") from None
+        check_budgets(self.policy, owner=_OWNER, cost=cost, clock=clock, error=GuardSetupError)
         self._points = self.policy.hook_points()
         self._graph = _Graph()
 
@@ -257,9 +261,13 @@ class RepeatGuardHooks(AgentHooks[Any]):
         if run is not None and run.batched_at == state.turn.responses:
             # No EndTurn since the last batch (a response that also handed off): open a new response first.
             self.policy.decide_model_call(state, turn_id=turn_id)
-        self.policy.decide_tool_calls(state, calls, turn_id=turn_id)
+        decisions = self.policy.decide_tool_calls(state, calls, turn_id=turn_id)
         if run is None:
             return  # a resumed run's response: its calls keep their own ids
+        # Known before the SDK asks a human about any of them (AskUnlessRefused): a refused call is never asked.
+        run.refused.update(
+            call.call_id for call, refusal in zip(calls, decisions, strict=True) if refusal and call.call_id
+        )
         run.batch.clear()
         for call, decided_as in zip(calls, batch_call_ids(calls), strict=True):
             run.batch.setdefault((call.call_id or "", call.name, str(call.arguments)), []).append(decided_as)
@@ -448,15 +456,22 @@ class EndTurn:
     ``Stop`` becomes ``ToolsToFinalOutputResult(is_final_output=True, final_output=stop.message)`` (the run's
     ``final_output``, whatever the agent's ``output_type``), and no stop lets the model run again.
 
+    With ``raises`` (an agent with a structured ``output_type``, or ``on_stop="raise"``) a stop raises
+    ``RepeatGuardStopped`` instead, before the SDK hands any final output to the agent's output guardrails
+    and ``on_end`` hooks; the SDK attaches the run's ``run_data`` to it, as it does to ``MaxTurnsExceeded``.
+
     A call the guard refused did not run, so it never becomes the caller's output: ``"stop_on_first_tool"``
     and ``StopAtTools`` look only at the calls that ran (a callable behaviour of yours sees every result,
-    refusals included).
+    refusals included). A call a human rejected at approval did not run either: it is withdrawn from its
+    count (``Policy.withdraw_tool_call``) before the stop is decided.
     """
 
-    def __init__(self, original: ToolUseBehavior, guard: RepeatGuardHooks) -> None:
+    def __init__(self, original: ToolUseBehavior, guard: RepeatGuardHooks, *, raises: bool = False) -> None:
         self.original: ToolUseBehavior = original.original if isinstance(original, EndTurn) else original
         """The agent's own behaviour, asked first."""
         self.guard = guard
+        self.raises = raises
+        """``True``: a stop raises ``RepeatGuardStopped`` instead of becoming the run's ``final_output``."""
 
     async def __call__(
         self, context: RunContextWrapper[Any], results: list[FunctionToolResult]
@@ -464,14 +479,44 @@ class EndTurn:
         """Decide whether the batch ends the run; see the class docstring."""
         state = require_state(context.context)
         run = run_of(context.usage)
-        turn_id = check_turn(state, run, context.usage, resumed=run is None and _all_approved(context, results))
+        turn_id = check_turn(state, run, context.usage, resumed=run is None and _decided_by_human(context, results))
+        self._withdraw_rejected(state, run, turn_id, context, results)
         decided = await self._original_decision(context, results, run)
         if decided.is_final_output:
             return decided
         stop = self.guard.policy.decide_model_call(state, turn_id=turn_id)
         if stop is None:
             return decided
+        if self.raises:
+            raise RepeatGuardStopped(stop)
         return ToolsToFinalOutputResult(is_final_output=True, final_output=stop.message)
+
+    def _withdraw_rejected(
+        self,
+        state: GuardState,
+        run: Run | None,
+        turn_id: str,
+        context: RunContextWrapper[Any],
+        results: list[FunctionToolResult],
+    ) -> None:
+        """Take the calls a human rejected at approval back out of their counts: they never ran.
+
+        The SDK hands a rejected call's rejection text to ``tool_use_behavior`` with the batch, and no guardrail
+        runs for it. After a resume in a fresh process the run knows no batch: the call is found by its id in
+        the state (the turn's response did not move on while the run was paused).
+        """
+        for result in results:
+            if result.tool.needs_approval is False:
+                continue  # never put to a human, so never rejected by one
+            call_id = _call_id(result)
+            if not call_id or context.is_tool_approved(result.tool.name, call_id) is not False:
+                continue
+            name, arguments, decided_as = result.tool.name, "", call_id
+            item = run.invoked.get(call_id) if run is not None else None
+            if run is not None and item is not None:
+                arguments = item.arguments
+                decided_as = run.batch_id(call_id, name, arguments) or call_id
+            self.guard.policy.withdraw_tool_call(state, tool_call(name, arguments, decided_as), turn_id=turn_id)
 
     async def _original_decision(
         self, context: RunContextWrapper[Any], results: list[FunctionToolResult], run: Run | None
@@ -513,15 +558,44 @@ def _call_id(result: FunctionToolResult) -> str | None:
     return call_id if isinstance(call_id, str) else None
 
 
-def _all_approved(context: RunContextWrapper[Any], results: list[FunctionToolResult]) -> bool:
-    """``True`` for a batch of calls a human approved: on resume it runs before ``on_start``."""
-    if not results:
-        return False
+def _decided_by_human(context: RunContextWrapper[Any], results: list[FunctionToolResult]) -> bool:
+    """``True`` for a batch holding a call a human approved or rejected: on resume it ends before ``on_start``."""
     for result in results:
+        if result.tool.needs_approval is False:
+            continue
         call_id = _call_id(result)
-        if call_id is None or context.is_tool_approved(result.tool.name, call_id) is not True:
+        if call_id is not None and context.is_tool_approved(result.tool.name, call_id) is not None:
+            return True
+    return False
+
+
+class AskUnlessRefused:
+    """A guarded function tool's ``needs_approval``: a call the guard refused with its batch is never asked about.
+
+    The SDK asks ``needs_approval`` after the model response (so after ``on_llm_end`` decided its calls) and
+    before it pauses the run for a human (``util/_approvals.py`` ``evaluate_function_tool_approval``, from
+    ``run_internal/turn_resolution.py``). For a call the guard refused, it answers ``False``: the SDK then
+    runs the call's input guardrails, which hand the model the refusal, and nobody is asked to approve a call
+    that would not run. For every other call it answers as the tool's own setting does (``True``, or your
+    callable, asked with the same arguments).
+    """
+
+    def __init__(self, original: Any) -> None:
+        self.original: Any = original.original if isinstance(original, AskUnlessRefused) else original
+        """The tool's own ``needs_approval``: a ``bool`` or ``(context, params, call_id) -> bool`` (maybe async)."""
+
+    async def __call__(self, context: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:
+        """``False`` for a call the guard refused in this run, else the tool's own answer."""
+        run = run_of(context.usage)
+        if run is not None and call_id in run.refused:
             return False
-    return True
+        original = self.original
+        if isinstance(original, bool):
+            return original
+        asked = original(context, params, call_id)
+        if inspect.isawaitable(asked):
+            asked = await asked
+        return bool(asked)
 
 
 def _stop_names(behavior: StopAtTools | dict[str, Any]) -> list[str]:
@@ -547,7 +621,9 @@ class _Guarding:
         guard = self.guard.wrapping(agent.hooks)
         clone = agent.clone(
             tools=[self.tool(tool, guard) for tool in agent.tools],
-            tool_use_behavior=EndTurn(agent.tool_use_behavior, guard),
+            tool_use_behavior=EndTurn(
+                agent.tool_use_behavior, guard, raises=guard.on_stop == "raise" or not _text_output(agent)
+            ),
             hooks=guard,
         )
         self.done[id(agent)] = (agent, clone)  # before the handoffs: they may lead back here
@@ -573,7 +649,12 @@ class _Guarding:
         inputs.append(ToolInputGuardrail(RefuseRepeats(guard), name=_IN))
         if self.outcomes:
             outputs.append(ToolOutputGuardrail(RecordOutcome(guard, output_type=output_type_of(tool)), name=_OUT))
-        return dataclasses.replace(tool, tool_input_guardrails=inputs, tool_output_guardrails=outputs)
+        asks = tool.needs_approval
+        if asks is not False:
+            asks = AskUnlessRefused(asks)
+        return dataclasses.replace(
+            tool, tool_input_guardrails=inputs, tool_output_guardrails=outputs, needs_approval=asks
+        )
 
     def handoff(self, entry: Agent[Any] | Handoff[Any, Any]) -> Agent[Any] | Handoff[Any, Any]:
         if isinstance(entry, Agent):
@@ -593,6 +674,14 @@ class _Guarding:
         if guarded_target is not None:
             copy._agent_ref = weakref.ref(guarded_target)
         return copy
+
+
+def _text_output(agent: Agent[Any]) -> bool:
+    """``True`` when the agent's final output is text (the SDK's own test, ``turn_resolution.py``)."""
+    output_type = agent.output_type
+    if output_type is None or output_type is str:
+        return True
+    return isinstance(output_type, AgentOutputSchemaBase) and output_type.is_plain_text()
 
 
 _IN = "repeat_hooks"

@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
-from agents import TResponseInputItem, UserError
+from agents import AgentsException, TResponseInputItem, UserError
 from agents.memory import Session
 from pydantic import BaseModel
 
@@ -53,6 +53,31 @@ class GuardSetupError(repeat_hooks.GuardSetupError, UserError):
 
 class MissingGuard(GuardSetupError, TypeError):
     """The run context holds no ``GuardState`` (a ``TypeError`` too, as in earlier versions)."""
+
+
+class RepeatGuardStopped(AgentsException):
+    """The guard ended a run whose output must not be its text: raised from ``Runner.run`` / ``run_streamed``.
+
+    Raised for an agent with a structured ``output_type`` (its output guardrails, ``on_end`` hooks and
+    ``final_output`` never receive the stop text as its output), and for every guarded agent built with
+    ``guard_agent(..., on_stop="raise")``. An ``agents.AgentsException``, as the SDK's own ``MaxTurnsExceeded``
+    is: the SDK attaches ``run_data`` (``RunErrorDetails``: the run's input, new items, responses, last agent
+    and context). ``stop`` says why (``stop.reason``) and what to tell the user (``stop.message``, also
+    ``message`` and ``str(error)``'s tail). Under Temporal it reaches the workflow code as it is: catch it there
+    (uncaught, it fails the workflow task, which then retries).
+    """
+
+    message: str
+
+    def __init__(self, stop: Stop) -> None:
+        super().__init__(f"repeat-hooks stopped the run ({stop.reason.value}): {stop.message}")
+        self.stop = stop
+        """The guard's stop: ``reason`` (a ``StopReason``) and ``message`` (written for the user)."""
+        self.message = stop.message
+        """The stop's message, as ``MaxTurnsExceeded.message`` holds its own."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.stop,)
 
 
 GUARD_ATTRIBUTE = "repeat_guard"
@@ -287,13 +312,15 @@ class _RunOutcome(Protocol):
     def context_wrapper(self) -> Any: ...
 
 
-def stop_of(result: _RunOutcome) -> Stop | None:
+def stop_of(result: _RunOutcome | RepeatGuardStopped) -> Stop | None:
     """The guard's ``Stop`` when it ended the run ``result`` comes from; ``None`` when the run ended otherwise.
 
-    The one way to read a stop afterwards. Then ``result.final_output`` is ``stop.message``, a ``str``
-    whatever the agent's ``output_type``: check this before using ``final_output`` as your type. For a
-    streamed run, call it once the stream is done.
+    The one way to read a stop afterwards: ``result`` is a ``RunResult`` / ``RunResultStreaming`` (then
+    ``result.final_output`` is ``stop.message``; only a text agent's run ends so) or a ``RepeatGuardStopped``.
+    For a streamed run, call it once the stream is done.
     """
+    if isinstance(result, RepeatGuardStopped):
+        return result.stop
     wrapper = result.context_wrapper
     state = find_state(wrapper.context)
     turn_id = turn_of(wrapper.usage)
@@ -305,12 +332,12 @@ def stop_of(result: _RunOutcome) -> Stop | None:
     return stop
 
 
-def stop_items(result: _RunOutcome) -> list[TResponseInputItem]:
+def stop_items(result: _RunOutcome | RepeatGuardStopped) -> list[TResponseInputItem]:
     """``[{"role": "assistant", "content": stop.message}]`` when the guard ended the run, else ``[]``.
 
     The SDK ends a stopped run from ``tool_use_behavior``: no model message carries the stop, so
     ``result.to_input_list()`` lacks it. Append this when you keep the conversation yourself, so the
-    next turn's model sees what the user was told.
+    next turn's model sees what the user was told (``result`` may be a ``RepeatGuardStopped`` too).
     """
     stop = stop_of(result)
     if stop is None:
@@ -319,7 +346,7 @@ def stop_items(result: _RunOutcome) -> list[TResponseInputItem]:
     return [item]
 
 
-async def save_stop(session: Session, result: _RunOutcome) -> bool:
+async def save_stop(session: Session, result: _RunOutcome | RepeatGuardStopped) -> bool:
     """Add the guard's stop message to ``session`` as the assistant's reply; ``True`` if it did.
 
     The SDK saves the run's items to the session but not a final output that no model produced.

@@ -263,9 +263,9 @@ class Driver:
     """Runs a conformance scenario on the real ``Runner`` (``Runner.run``, or ``run_streamed`` if ``streamed``).
 
     One guarded agent (``guard_agent(agent, scenario.policy)``) and one ``GuardState`` per scenario (one
-    conversation); each turn is one run, its model a ``ScriptedModel`` answering the scenario's script
-    (passed as ``RunConfig(model=...)``), the history carried to the next turn as the SDK gives it
-    (``result.to_input_list()``, plus ``stop_items``). ``seen`` is read from the run's own items.
+    conversation); each turn is one run, its model a ``ScriptedModel`` answering the scenario's script where
+    the kit's ``Cursor`` is (passed as ``RunConfig(model=...)``), the history carried to the next turn as the
+    SDK gives it (``result.to_input_list()``, plus ``stop_items``). ``seen`` is read from the run's own items.
     """
 
     def __init__(self, *, streamed: bool = False) -> None:
@@ -282,10 +282,12 @@ class Driver:
             scenario.policy,
         )
         state = GuardState()
+        cursor = kit.Cursor(scenario)
+        model = ScriptedModel(then=_script(cursor))
         history: list[TResponseInputItem] = []
         outcomes = []
         for number, turn in enumerate(scenario.turns):
-            model = ScriptedModel(then=_script(scenario, number))
+            cursor.start_turn(number)
             turn_input: list[TResponseInputItem] = [*history, {"role": "user", "content": turn.message}]
             config = RunConfig(model=model, tracing_disabled=True)
             if self.streamed:
@@ -311,15 +313,14 @@ def kit_tool(tool: kit.Tool, box: kit.ToolBox) -> FunctionTool:
     return function_tool(run, name_override=tool.name, description_override=tool.description)
 
 
-def _script(scenario: kit.Scenario, turn: int) -> Script:
-    def reply(step: int, model: ScriptedModel) -> Reply:
-        answer = kit.response(scenario, turn, step)
+def _script(cursor: kit.Cursor) -> Script:
+    """The scripted model's responses: the kit's, where the ``cursor`` is (its turn and step)."""
+
+    def reply(n: int, model: ScriptedModel) -> Reply:
+        answer = cursor.next()
         if isinstance(answer, str):
             return [message(answer)]
-        return [
-            tool_call(call.tool, {"query": call.query}, kit.call_id(turn, step, index, call))
-            for index, call in enumerate(answer)
-        ]
+        return [tool_call(call.tool, {"query": call.query}, call_id) for call, call_id in answer]
 
     return reply
 

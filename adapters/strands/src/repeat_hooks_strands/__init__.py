@@ -15,7 +15,7 @@ process that joins the session. ``stop_of(agent)`` says how the guard stopped th
 
 from repeat_hooks import Policy, Stop, StopReason, TokenPrices
 
-from .calls import hints, model_view, succeeded, tool_call, usage_view
+from .calls import hints, model_view, succeeded, tool_call
 from .guard import STOP_KEY, RepeatGuardHooks
 from .state import STATE_KEY, read_state, stop_of, write_state
 
@@ -33,7 +33,6 @@ __all__ = [
     "stop_of",
     "succeeded",
     "tool_call",
-    "usage_view",
     "write_state",
 ]
 

@@ -1,4 +1,4 @@
-"""Strands' tool calls, results and usage, as the guard reads them.
+"""Strands' tool calls and results, as the guard reads them.
 
 - ``tool_call``: a ``toolUse`` block (and the tool it names) as a ``repeat_hooks.ToolCall``, with the
   effect hints the tool's ``tool_spec["annotations"]`` sets explicitly (MCP tools carry their server's
@@ -7,8 +7,6 @@
   (``toolUseId``, ``status``), so that two runs returning the same content are the same result.
 - ``succeeded``: whether a ``ToolResult`` reports success (``status`` is not ``"error"``; an MCP result
   with ``isError`` is a failure).
-- ``usage_view``: one response's Strands ``Usage`` in the spelling ``repeat_hooks.usage_tokens`` reads,
-  for ``cost=TokenPrices(...)``.
 """
 
 from __future__ import annotations
@@ -67,29 +65,3 @@ def model_view(result: Mapping[str, Any]) -> Any:
 def succeeded(result: ToolResult | Mapping[str, Any]) -> bool:
     """Whether a ``ToolResult`` reports success: ``status`` is not ``"error"`` and no MCP ``isError``."""
     return result.get("status") != "error" and result.get("isError") is not True
-
-
-def usage_view(usage: Mapping[str, Any] | None) -> dict[str, Any]:
-    """One response's Strands ``Usage`` (``inputTokens``, ``outputTokens``, ``totalTokens``,
-    ``cacheReadInputTokens``, ``cacheWriteInputTokens``), with the keys ``repeat_hooks.usage_tokens`` reads
-    added: ``input_tokens`` (every input token, cached ones included), ``output_tokens`` and
-    ``cache_read_tokens``.
-
-    Strands' providers disagree on ``inputTokens`` (OpenAI and Gemini count cached tokens in it; Anthropic
-    and Bedrock leave cache reads and writes out), but each reports ``totalTokens`` as every input token
-    plus ``outputTokens``; so the input is ``totalTokens - outputTokens`` when that is at least
-    ``inputTokens``, else ``inputTokens`` plus the cache counts.
-    """
-    usage = dict(usage or {})
-    output = _count(usage.get("outputTokens"))
-    fresh = _count(usage.get("inputTokens"))
-    read = _count(usage.get("cacheReadInputTokens"))
-    written = _count(usage.get("cacheWriteInputTokens"))
-    total = _count(usage.get("totalTokens"))
-    every_input = total - output if total - output >= fresh else fresh + read + written
-    usage.update(input_tokens=max(every_input, read), output_tokens=output, cache_read_tokens=read)
-    return usage
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

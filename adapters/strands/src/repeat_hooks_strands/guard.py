@@ -62,7 +62,6 @@ from strands.plugins import Plugin
 from repeat_hooks import (
     Clock,
     CostOf,
-    Feed,
     GuardSetupError,
     GuardState,
     HookPoint,
@@ -72,13 +71,13 @@ from repeat_hooks import (
     Stopwatch,
     ToolCall,
     batch_call_ids,
-    check_feeds,
+    check_budgets,
     check_tool_names,
     policy_from,
 )
 from repeat_hooks.clock import monotonic
 
-from .calls import model_view, succeeded, tool_call, usage_view
+from .calls import model_view, succeeded, tool_call
 from .state import STATE_KEY, ParsedStates
 
 if TYPE_CHECKING:
@@ -101,8 +100,8 @@ class RepeatGuardHooks(Plugin):
     counts live in each agent's ``agent.state``.
 
     ``cost`` turns a model response's usage into US dollars, for ``max_cost_usd``:
-    ``cost=TokenPrices(3, 15)`` (it is handed the response's Strands ``Usage`` with the keys
-    ``repeat_hooks.usage_tokens`` reads added: ``calls.usage_view``). ``clock`` times model calls, for
+    ``cost=TokenPrices(3, 15)`` (it is handed the response's Strands ``Usage`` as it is, ``{}`` where the
+    response reported none: ``repeat_hooks.usage_tokens`` reads Strands' keys). ``clock`` times model calls, for
     ``max_model_seconds`` (``None``: no timing). ``check_tools=False`` skips the check of the tool names the
     policy names. ``state_key`` is the ``agent.state`` key.
 
@@ -131,20 +130,7 @@ class RepeatGuardHooks(Plugin):
         super().__init__()
         self.policy: Policy = policy_from(policy, settings, owner=_OWNER)
         """The settings; the counters live in each agent's ``agent.state``."""
-        can = {Feed.OUTCOMES, Feed.MODEL_CALLS}
-        if cost is not None:
-            can.add(Feed.COST)
-        if clock is not None:
-            can.add(Feed.SECONDS)
-        check_feeds(
-            self.policy,
-            can=can,
-            owner=_OWNER,
-            how={
-                Feed.COST: f"{_OWNER}(..., cost=TokenPrices(input_usd_per_million, output_usd_per_million))",
-                Feed.SECONDS: f"{_OWNER}(..., clock=repeat_hooks.clock.monotonic) (the default)",
-            },
-        )
+        check_budgets(self.policy, owner=_OWNER, cost=cost, clock=clock)
         if not isinstance(state_key, str) or not state_key.strip():
             raise GuardSetupError(f"repeat-hooks: state_key={state_key!r} must be a non-empty string")
         self.cost = cost
@@ -154,9 +140,6 @@ class RepeatGuardHooks(Plugin):
         points = self.policy.hook_points()
         self._records_outcomes = HookPoint.POST_TOOL_CALL in points
         self._records_model_calls = HookPoint.POST_LLM_CALL in points
-        self._names_tools = any(
-            getattr(self.policy, setting) for setting in ("limits", "exempt", "read_only", "destructive")
-        )
         self._states = ParsedStates()
         self._runs: weakref.WeakKeyDictionary[Any, _Run] = weakref.WeakKeyDictionary()
         self._agents: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -274,7 +257,7 @@ class RepeatGuardHooks(Plugin):
         if self.cost is not None:
             metadata = response.message.get("metadata")
             usage = metadata.get("usage") if isinstance(metadata, dict) else None
-            cost = self.cost(usage_view(usage))
+            cost = self.cost(usage if usage is not None else {})
         state = self._read(event.agent)
         self.policy.record_model_call(state, seconds=seconds, cost_usd=cost)
         self._write(event.agent, state)
@@ -395,7 +378,7 @@ class RepeatGuardHooks(Plugin):
     def _check_tool_names(self, agent: Any) -> None:
         """The tools the policy names are tools of the agents this guard serves (all of them: a name may be
         a tool of an agent used as a tool, or of another node)."""
-        if not self.check_tools or not self._names_tools:
+        if not self.check_tools:
             return
         names: set[str] = set(agent.tool_names)
         for other in list(self._agents):

@@ -32,7 +32,7 @@ from strands.types.content import Messages
 from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolSpec, ToolUse
 
-from repeat_hooks.testing import Scenario, Tool, ToolBox, TurnOutcome, call_id, response
+from repeat_hooks.testing import Cursor, Scenario, Tool, ToolBox, TurnOutcome
 
 from .guard import RepeatGuardHooks
 from .state import stop_of
@@ -200,18 +200,13 @@ class Driver:
 
     def run(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
         """Run every turn of ``scenario`` in one conversation of a fresh agent; one outcome per turn."""
-        where = {"turn": 0, "step": 0}
+        cursor = Cursor(scenario)
 
         def script(model: ScriptedModel, messages: Messages) -> Reply:
-            turn, step = where["turn"], where["step"]
-            where["step"] += 1
-            reply = response(scenario, turn, step)
+            reply = cursor.next()
             if isinstance(reply, str):
                 return reply
-            return [
-                tool_use(call.tool, {"query": call.query}, call_id(turn, step, index, call))
-                for index, call in enumerate(reply)
-            ]
+            return [tool_use(call.tool, {"query": call.query}, identifier) for call, identifier in reply]
 
         extra: dict[str, Any] = {}
         if self.tool_executor is not None:
@@ -225,7 +220,7 @@ class Driver:
         )
         outcomes: list[TurnOutcome] = []
         for number, turn in enumerate(scenario.turns):
-            where["turn"], where["step"] = number, 0
+            cursor.start_turn(number)
             start = len(agent.messages)
             agent(turn.message)
             outcomes.append(TurnOutcome(final=final_text(agent), stop=stop_of(agent), seen=tool_results(agent, start)))

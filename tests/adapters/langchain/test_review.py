@@ -1,0 +1,246 @@
+"""A human reviewer next to the guard (``HumanInTheLoopMiddleware``, issue 18), on the real ``create_agent``
+loop, in both interrupt modes and both middleware orders: nobody is asked about a call the guard refused
+(``skip_refused``); an edited call is decided afresh on its new arguments; a rejected call did not run and
+does not count; resuming (``Command(resume=...)``) continues the same turn's counts. The order that cannot
+work (a per-call review listed after the guard) fails loudly before anyone is asked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_parcels import ARGS, IN_TRANSIT, REFUSAL, STOPPED, USER, Carrier, parcel_agent, seed_004, thread
+from langgraph.types import Command
+from repeat_hooks_langchain import Policy, RepeatGuardMiddleware, guard_state_of, skip_refused, stop_of
+from repeat_hooks_langchain.testing import ScriptedChatModel, call_message, keep_calling, steps
+
+from repeat_hooks import GuardSetupError
+
+SETUPS = pytest.mark.parametrize(
+    ("mode", "review_first"),
+    [("batched", True), ("batched", False), ("per_call", True)],
+    ids=["batched-review-first", "batched-guard-first", "per_call-review-first"],
+)
+"""Every setup that works: a per-call review must be listed before the guard (the 4th setup fails loudly)."""
+Decide = Callable[[dict[str, Any]], dict[str, Any]]
+"""The reviewer: a decision for the call it is shown (``{"name", "args"}``)."""
+
+
+def approve(call: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "approve"}
+
+
+def agent_with_review(
+    model: ScriptedChatModel,
+    carrier: Carrier,
+    *,
+    mode: str,
+    review_first: bool,
+    policy: Policy | None = None,
+    guarded_review: bool = True,
+) -> Any:
+    interrupt_on: dict[str, Any] = {"track_parcel": True}
+    review = HumanInTheLoopMiddleware(
+        interrupt_on=skip_refused(interrupt_on) if guarded_review else interrupt_on,
+        interrupt_mode=mode,  # type: ignore[arg-type]
+    )
+    guard = RepeatGuardMiddleware(policy or seed_004())
+    return parcel_agent(model, carrier, middleware=[review, guard] if review_first else [guard, review])
+
+
+def run_reviewed(agent: Any, decide: Decide, config: Any = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One turn, answering every review with ``decide``; the result and every call the reviewer was shown."""
+    config = config or thread("t1")
+    shown: list[dict[str, Any]] = []
+    result = agent.invoke(USER, config)
+    while result.get("__interrupt__"):
+        assert len(shown) < 20, "the turn never ended"
+        batched: dict[str, Any] = {}
+        answers: dict[str, Any] = {}
+        for interrupt in result["__interrupt__"]:
+            value = interrupt.value
+            if value.get("type") == "tool_approval":  # per_call: one interrupt per call, answered by its id
+                call = {"name": value["name"], "args": value["args"]}
+                shown.append(call)
+                answers[interrupt.id] = decide(call)
+            else:  # batched: one interrupt per response, decisions by position
+                calls = [{"name": a["name"], "args": a["args"]} for a in value["action_requests"]]
+                shown.extend(calls)
+                batched = {"decisions": [decide(call) for call in calls]}
+        result = agent.invoke(Command(resume=answers or batched), config)
+    return result, shown
+
+
+def tool_texts(result: dict[str, Any]) -> list[str]:
+    return [str(m.content) for m in result["messages"] if isinstance(m, ToolMessage)]
+
+
+@SETUPS
+def test_the_reviewer_is_asked_only_about_calls_the_guard_lets_run(
+    mode: str, review_first: bool, carrier: Carrier
+) -> None:
+    model = ScriptedChatModel(then=keep_calling("track_parcel", ARGS))
+    agent = agent_with_review(model, carrier, mode=mode, review_first=review_first)
+
+    result, shown = run_reviewed(agent, approve)
+
+    # Approved 2, and both ran; the 3 refused calls were never shown to the reviewer.
+    assert len(shown) == 2 and carrier.calls == ["FR-7731", "FR-7731"]
+    assert tool_texts(result) == [IN_TRANSIT, IN_TRANSIT, REFUSAL, REFUSAL, REFUSAL]
+    assert result["messages"][-1].content == STOPPED
+    state = guard_state_of(result)
+    assert (state.turn.number, state.turn.model_calls, state.turn.refusals) == (1, 5, 3)  # resumes: one turn
+
+
+@SETUPS
+def test_in_a_parallel_batch_the_reviewer_sees_only_the_calls_the_guard_lets_run(
+    mode: str, review_first: bool, carrier: Carrier
+) -> None:
+    batch = call_message(*[("track_parcel", ARGS)] * 3)
+    model = ScriptedChatModel(then=steps(batch, then=lambda m: AIMessage(content="In transit.")))
+    agent = agent_with_review(model, carrier, mode=mode, review_first=review_first, policy=Policy(max_calls=2))
+
+    result, shown = run_reviewed(agent, approve)
+
+    assert len(shown) == 2 and carrier.calls == ["FR-7731", "FR-7731"]
+    assert sorted(text[:8] for text in tool_texts(result)) == sorted([IN_TRANSIT[:8]] * 2 + ["Refused:"])
+    assert result["messages"][-1].content == "In transit."
+
+
+def test_a_per_call_review_listed_after_the_guard_fails_before_anyone_is_asked(carrier: Carrier) -> None:
+    # Listed after the guard, a per-call review runs inside the guard's tool-call hook: an edit would run
+    # undecided. The first review raises, naming the order that works; nothing ran, nobody was asked.
+    model = ScriptedChatModel(then=keep_calling("track_parcel", ARGS))
+    agent = agent_with_review(model, carrier, mode="per_call", review_first=False)
+
+    with pytest.raises(GuardSetupError, match=r"middleware=\[HumanInTheLoopMiddleware\(interrupt_on=skip_refused"):
+        agent.invoke(USER, thread("t1"))
+    assert carrier.calls == []
+
+
+@SETUPS
+def test_a_reviewer_who_edits_a_refused_call_gets_the_edit_decided_afresh(
+    mode: str, review_first: bool, carrier: Carrier
+) -> None:
+    # Without skip_refused the reviewer is shown the refused 3rd call; their edit (another parcel) is a new call,
+    # decided on its own arguments: it runs, and the model reads its real result.
+    model = ScriptedChatModel(
+        then=steps(*[keep_calling("track_parcel", ARGS)] * 3, then=lambda messages: AIMessage(content="Done."))
+    )
+    agent = agent_with_review(
+        model, carrier, mode=mode, review_first=review_first, policy=Policy(max_calls=2), guarded_review=False
+    )
+    asked = 0
+
+    def edit_the_third(call: dict[str, Any]) -> dict[str, Any]:
+        nonlocal asked
+        asked += 1
+        if asked < 3:
+            return {"type": "approve"}
+        return {"type": "edit", "edited_action": {"name": "track_parcel", "args": {"tracking_number": "FR-9000"}}}
+
+    result, shown = run_reviewed(agent, edit_the_third)
+
+    assert len(shown) == 3
+    assert carrier.calls == ["FR-7731", "FR-7731", "FR-9000"]  # the edited call ran
+    third = tool_texts(result)[2]
+    assert "FR-9000: in transit, hub Lyon" in third and "Refused" not in third
+    assert result["messages"][-1].content == "Done."
+    state = guard_state_of(result)
+    assert state.turn.refusals == 1  # the guard refused the model's 3rd call; the reviewer replaced it
+
+
+@SETUPS
+def test_an_edit_to_a_repeat_is_refused_on_its_new_arguments(mode: str, review_first: bool, carrier: Carrier) -> None:
+    other = call_message(("track_parcel", {"tracking_number": "FR-1"}))
+    model = ScriptedChatModel(
+        then=steps(call_message(("track_parcel", ARGS)), other, other, then=lambda m: AIMessage(content="Done."))
+    )
+    agent = agent_with_review(model, carrier, mode=mode, review_first=review_first, policy=Policy(max_calls=1))
+    asked = 0
+
+    def edit_the_second(call: dict[str, Any]) -> dict[str, Any]:
+        nonlocal asked
+        asked += 1
+        if asked != 2:
+            return {"type": "approve"}
+        return {"type": "edit", "edited_action": {"name": "track_parcel", "args": ARGS}}  # back to FR-7731
+
+    result, shown = run_reviewed(agent, edit_the_second)
+
+    # FR-7731 ran once; the reviewer turned FR-1 into FR-7731 again: refused on those arguments, not run;
+    # the model's FR-1 then runs when it asks again (the edited-away call never counted).
+    assert carrier.calls == ["FR-7731", "FR-1"]
+    texts = tool_texts(result)
+    assert "Refused: you already called track_parcel" in texts[1]
+    assert texts[2] == "FR-1: in transit, hub Lyon"
+    assert len(shown) == 3
+
+
+@SETUPS
+def test_a_call_the_reviewer_rejects_did_not_run_and_does_not_count(
+    mode: str, review_first: bool, carrier: Carrier
+) -> None:
+    model = ScriptedChatModel(
+        then=steps(*[keep_calling("track_parcel", ARGS)] * 3, then=lambda m: AIMessage(content="OK, in transit."))
+    )
+    agent = agent_with_review(model, carrier, mode=mode, review_first=review_first)
+    asked = 0
+
+    def reject_the_first(call: dict[str, Any]) -> dict[str, Any]:
+        nonlocal asked
+        asked += 1
+        return {"type": "reject", "message": "Not now."} if asked == 1 else {"type": "approve"}
+
+    result, shown = run_reviewed(agent, reject_the_first)
+
+    # Seed 004 lets 2 calls a turn run: the rejected one did not run, so the 2 approved after it both run.
+    assert carrier.calls == ["FR-7731", "FR-7731"] and len(shown) == 3
+    texts = tool_texts(result)
+    assert texts == ["User rejected the tool call for `track_parcel` with reason: Not now.", IN_TRANSIT, IN_TRANSIT]
+    assert result["messages"][-1].content == "OK, in transit."
+    assert stop_of(result) is None
+    assert (guard_state_of(result).turn.refusals, guard_state_of(result).turn.number) == (0, 1)
+
+
+def test_skip_refused_keeps_each_tools_own_settings() -> None:
+    def only_big(request: Any) -> bool:
+        return True
+
+    config = skip_refused(
+        {"a": True, "b": False, "c": {"allowed_decisions": ["approve", "reject"], "when": only_big, "description": "d"}}
+    )
+
+    assert config["b"] is False
+    a, c = config["a"], config["c"]
+    assert isinstance(a, dict) and a["allowed_decisions"] == ["approve", "edit", "reject", "respond"]
+    assert isinstance(c, dict) and (c["allowed_decisions"], c["description"]) == (["approve", "reject"], "d")
+    assert "only_big" in repr(c["when"])
+    HumanInTheLoopMiddleware(interrupt_on=config)  # LangChain accepts it
+
+
+async def test_under_ainvoke_a_per_call_review_asks_only_about_calls_the_guard_lets_run(carrier: Carrier) -> None:
+    model = ScriptedChatModel(then=keep_calling("track_parcel", ARGS))
+    agent = agent_with_review(model, carrier, mode="per_call", review_first=True)
+    config = thread("t1")
+
+    result = await agent.ainvoke(USER, config)
+    shown = 0
+    while result.get("__interrupt__"):
+        shown += len(result["__interrupt__"])
+        answers = {interrupt.id: {"type": "approve"} for interrupt in result["__interrupt__"]}
+        result = await agent.ainvoke(Command(resume=answers), config)
+
+    assert (shown, carrier.calls, result["messages"][-1].content) == (2, ["FR-7731", "FR-7731"], STOPPED)
+
+
+async def test_under_ainvoke_a_per_call_review_after_the_guard_fails_loudly(carrier: Carrier) -> None:
+    model = ScriptedChatModel(then=keep_calling("track_parcel", ARGS))
+    agent = agent_with_review(model, carrier, mode="per_call", review_first=False)
+
+    with pytest.raises(GuardSetupError, match="list it first"):
+        await agent.ainvoke(USER, thread("t1"))
+    assert carrier.calls == []
