@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
+import functools
 import gc
 import pstats
 import statistics
@@ -31,6 +32,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
+from interleave import ainterleave, median_ratio
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
@@ -90,17 +92,8 @@ async def sample(run: Callable[[], Awaitable[None]]) -> float:
 
 async def interleaved() -> dict[str, list[float]]:
     """Plain, empty-capability and guarded runs, rotating which goes first: each one's sample times."""
-    kinds = ["plain", "nothing", "guarded"]
-    runs = {kind: make(kind) for kind in kinds}
-    for _ in range(3):  # warm up all
-        for kind in kinds:
-            await sample(runs[kind])
-    times: dict[str, list[float]] = {kind: [] for kind in kinds}
-    for round_number in range(ROUNDS):
-        order = kinds[round_number % 3 :] + kinds[: round_number % 3]
-        for kind in order:
-            times[kind].append(await sample(runs[kind]))
-    return times
+    runs = {kind: make(kind) for kind in ("plain", "nothing", "guarded")}
+    return await ainterleave({kind: functools.partial(sample, run) for kind, run in runs.items()}, ROUNDS, warmup=3)
 
 
 # -- the capability's own work, hook by hook ------------------------------------------------------------
@@ -198,9 +191,9 @@ def main() -> None:
     own = own_seconds_per_run()
     times = asyncio.run(interleaved())
     plain, nothing, guarded = times["plain"], times["nothing"], times["guarded"]
-    ratio = statistics.median(g / p for g, p in zip(guarded, plain, strict=True))
-    over_nothing = statistics.median(g / n for g, n in zip(guarded, nothing, strict=True))
-    nothing_ratio = statistics.median(n / p for n, p in zip(nothing, plain, strict=True))
+    ratio = median_ratio(guarded, plain)
+    over_nothing = median_ratio(guarded, nothing)
+    nothing_ratio = median_ratio(nothing, plain)
     per_run = statistics.median(plain) / RUNS_PER_SAMPLE
     print(
         f"agent.run, {CALLS_PER_RUN} tool calls a run, {ROUNDS} interleaved rounds of {RUNS_PER_SAMPLE} runs "

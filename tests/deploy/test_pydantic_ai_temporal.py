@@ -20,6 +20,10 @@ Kill and resume, arranged so that the takeover is always a replay:
 
 The report (outputs, stops, every tool return the turns produced, model responses) must equal an
 uninterrupted run's, and both must equal the decisions of the core alone on the same script.
+
+``continue_as_new`` mid-turn (``ContinuedParcelConversation``): the first workflow run pauses the turn and
+continues as new with its messages; the new run resumes them with no new prompt, and the guard continues
+the same turn (its counts rebuilt from the messages): the turn ends as the uninterrupted turn 1 does.
 """
 
 from __future__ import annotations
@@ -397,3 +401,38 @@ async def test_structured_output_stop_in_a_workflow(workers: Workers, temporal_s
     assert isinstance(cause, ApplicationError)
     assert cause.type == "RepeatGuardStopped"
     assert want.message in str(cause)
+
+
+# -- continue_as_new: the new workflow run continues the same turn ------------------------------------
+
+
+@pytest.mark.parametrize("pause_after", [3, 5])
+async def test_continue_as_new_mid_turn_continues_the_same_turns_counts(
+    pause_after: int, workers: Workers, temporal_server: TemporalServer
+) -> None:
+    """The first workflow run pauses the turn and continues as new with its history; the resumed run
+    decides as the uninterrupted turn 1 does (before: its counts started from zero, so the stuck parcel
+    ran again in the new workflow run)."""
+    solo = workers.start("solo")
+    await workers.wait_ready("solo", solo)
+    client = await connect(temporal_server.address)
+    want = expected()[0]
+    workflow_id = f"pai-continued-{uuid.uuid4().hex[:12]}"
+    report = await client.execute_workflow(
+        scenario.CONTINUED_WORKFLOW_NAME,
+        scenario.ContinuedRequest(pause_after=pause_after),
+        id=workflow_id,
+        task_queue=scenario.TASK_QUEUE,
+        result_type=scenario.ContinuedReport,
+        execution_timeout=timedelta(seconds=RESULT_TIMEOUT),
+    )
+    assert report.stop == want.stop and report.output == want.stop.message
+    assert report.refused == ["track_parcel"] * 3
+    assert report.model_responses == want.model_responses
+    assert len(set(report.run_ids)) == 2  # two agent runs (one per workflow run), one turn
+    # What reached the tool and the model over both workflow runs (activity ids restart in the new run).
+    records = scenario.Ledger.load(workers.ledger, workflow_id).records
+    assert all(record["attempt"] == 1 for record in records)
+    reached = [record["parcel_id"] for record in records if record["kind"] == "tool"]
+    assert sorted(reached) == sorted(want.reached)  # PX-42 three times and PX-7 once, in all
+    assert sum(record["kind"] == "model" for record in records) == want.model_responses

@@ -1,4 +1,5 @@
-"""The core's conformance kit on pydantic-ai's real agent graph: every scenario the SDK can express."""
+"""The core's conformance kit on pydantic-ai's real agent graph: every scenario the SDK can express, run
+straight through and with every turn paused at a tool step and resumed."""
 
 from __future__ import annotations
 
@@ -15,6 +16,15 @@ SUPPORTED = [item for item in SCENARIOS if item.name not in UNSUPPORTED]
 def test_conformance(case: Scenario) -> None:
     box = ToolBox(case)
     check(case, box, Driver().run(case, box))
+
+
+@pytest.mark.parametrize("pause_after", [1, 2, 3])
+@pytest.mark.parametrize("case", SUPPORTED, ids=lambda item: item.name)
+def test_conformance_with_every_turn_paused_and_resumed(case: Scenario, pause_after: int) -> None:
+    """Each turn broken off at a tool step and resumed with ``message_history=`` (no new prompt) is the same
+    turn: every scenario ends as it does uninterrupted (tool runs, refusals the model read, stops, finals)."""
+    box = ToolBox(case)
+    check(case, box, Driver(pause_after=pause_after).run(case, box))
 
 
 def test_only_what_pydantic_ai_cannot_express_is_left_out() -> None:

@@ -134,7 +134,8 @@ async def test_a_run_level_guard_replaces_the_agents(carrier: Carrier) -> None:
     assert model.calls == 2
 
 
-async def test_an_approved_call_is_counted_in_the_resumed_run_when_it_runs(carrier: Carrier) -> None:
+async def test_an_approved_call_runs_in_the_resumed_run(carrier: Carrier) -> None:
+    """More approval rounds: ``test_resumes.py``."""
     refunded: list[str] = []
     model = ScriptedModel(steps([("refund", {"order": "A-1"})], "Refunded."))
     agent = Agent(model, output_type=[str, DeferredToolRequests], capabilities=[RepeatGuard(Policy(max_calls=1))])

@@ -6,7 +6,8 @@ graph and the ``RepeatGuard`` hooks (``before_run``, ``before_model_request``, `
 guard's per-run state by replaying the history from the start: the guard is deterministic because it
 reads only the history (model responses and tool results are activity results, ``run_id`` is
 replay-stable) and the run clock (``workflow.now()``), and its settings are the same code in every
-process.
+process. A turn continued in a new workflow run (``continue_as_new``) is rebuilt from the messages it is
+handed (``ContinuedParcelConversation``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic_ai import Agent
+    from pydantic_ai import Agent, CallToolsNode
     from pydantic_ai.durable_exec.temporal import PydanticAIWorkflow, TemporalDurability
     from pydantic_ai.messages import ModelMessage, ModelResponse, ToolReturnPart
     from pydantic_ai.models.function import AgentInfo
@@ -161,3 +162,38 @@ class StructuredParcelLookup(PydanticAIWorkflow):
         except RepeatGuardStopped as stopped:
             return scenario.LookupReport(stop=stopped.stop, messages=len(stopped.messages))
         raise AssertionError("the guard should have stopped the run")
+
+
+@workflow.defn(name=scenario.CONTINUED_WORKFLOW_NAME)
+class ContinuedParcelConversation(PydanticAIWorkflow):
+    """One turn cut by ``continue_as_new``: the first workflow run pauses the agent after
+    ``pause_after`` tool steps (at a ``CallToolsNode``: the history holds every response and the results
+    before it) and continues as new with the history; the next resumes it (``message_history=``, no new
+    prompt), so the guard continues the same turn, its counts rebuilt from the history."""
+
+    __pydantic_ai_agents__ = (agent,)
+
+    @workflow.run
+    async def run(self, request: scenario.ContinuedRequest) -> scenario.ContinuedReport:
+        if request.messages is None:
+            steps = 0
+            async with agent.iter(scenario.PROMPTS[0]) as run:
+                async for node in run:
+                    if isinstance(node, CallToolsNode):
+                        steps += 1
+                        if steps == request.pause_after:
+                            break
+                messages = run.all_messages()
+                run_id = run.run_id
+            workflow.continue_as_new(
+                scenario.ContinuedRequest(pause_after=request.pause_after, messages=messages, run_ids=[run_id])
+            )
+        result = await agent.run(message_history=request.messages)
+        history = result.all_messages()
+        return scenario.ContinuedReport(
+            output=result.output,
+            stop=stop_of(result),
+            refused=[tool for tool, _ in refusals_of(history)],
+            model_responses=sum(1 for m in history if isinstance(m, ModelResponse) and m.model_name != "repeat-hooks"),
+            run_ids=[*request.run_ids, result.run_id],
+        )

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+from pydantic_ai.messages import ModelMessage
 from temporalio import activity
 
 from repeat_hooks import Stop
@@ -244,3 +245,29 @@ class LookupReport(BaseModel):
     stop: Stop
     messages: int
     """How many messages ``RepeatGuardStopped.messages`` carried."""
+
+
+CONTINUED_WORKFLOW_NAME = "ContinuedParcelConversationPAI"
+
+
+class ContinuedRequest(BaseModel):
+    """The continue-as-new workflow's input: the first run pauses after ``pause_after`` tool steps and
+    continues as new with the history so far (``messages``); the new run resumes it with no new prompt."""
+
+    pause_after: int
+    messages: list[ModelMessage] | None = None
+    """The history the previous workflow run continued as new with (``None`` in the first run)."""
+    run_ids: list[str] = Field(default_factory=list)
+    """The ``run_id`` of each agent run so far, across workflow runs."""
+
+
+class ContinuedReport(BaseModel):
+    """The turn, as the resumed run ended it."""
+
+    output: str
+    stop: Stop | None
+    refused: list[str]
+    """``refusals_of(result.all_messages())``: every refusal of the turn, both workflow runs' included."""
+    model_responses: int
+    """Responses of real model requests in the whole turn."""
+    run_ids: list[str]

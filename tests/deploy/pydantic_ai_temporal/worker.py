@@ -23,7 +23,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from temporalio.workflow import NondeterminismError
 
 from . import scenario
-from .agent import GuardedParcelConversation, StructuredParcelLookup
+from .agent import ContinuedParcelConversation, GuardedParcelConversation, StructuredParcelLookup
 
 STICKY_TIMEOUT = timedelta(seconds=1)
 """How long a workflow task waits on this worker's sticky queue before any worker may take it
@@ -61,7 +61,7 @@ async def main(argv: list[str] | None = None) -> int:
     worker = Worker(
         client,
         task_queue=scenario.TASK_QUEUE,
-        workflows=[GuardedParcelConversation, StructuredParcelLookup],
+        workflows=[GuardedParcelConversation, StructuredParcelLookup, ContinuedParcelConversation],
         workflow_runner=SANDBOX,
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         # A replay that diverges fails the workflow at once (instead of retrying the task forever).

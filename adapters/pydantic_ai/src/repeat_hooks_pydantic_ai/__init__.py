@@ -10,8 +10,12 @@
     stop_of(result)       # None, or the Stop (reason, message) that ended the run; result.output is its message
     refusals_of(result)   # [(tool name, Refusal), ...]: the calls the guard refused in this run
 
-Each run is one turn with its own counts (``for_run``). A refused call never runs: the model reads
-the refusal as the tool's return. A run with structured output only raises ``RepeatGuardStopped``.
+A turn is a user message: a run given a prompt starts one; a run given none (approvals with
+``deferred_tool_results=``, ``message_history=`` resumes, ``continue_as_new``) continues it, its counts
+rebuilt from the history. A refused call never runs: the model reads the refusal as the tool's return,
+and an approval-required call the guard refuses is never put to a person. A run whose output is not
+plain text (an output function, structured output), or any run with ``on_stop="raise"``, raises
+``RepeatGuardStopped``.
 """
 
 from repeat_hooks import Policy, Stop, StopReason, TokenPrices

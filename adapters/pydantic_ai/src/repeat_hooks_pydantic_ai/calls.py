@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pydantic import ValidationError
 from pydantic_ai.exceptions import ModelRetry, ToolFailed, ToolFailedError, ToolRetryError
 from pydantic_ai.messages import TextContent, ToolCallPart, ToolReturn
 from pydantic_ai.tools import ToolDefinition
@@ -98,7 +99,11 @@ def _user_text(item: Any) -> Any:
 def failure_view(error: BaseException) -> Any:
     """What the model reads for a call that raised ``error`` (pydantic-ai sends it as a retry or a failed
     return): a ``ModelRetry`` / ``ToolFailed`` message, the content of a retried or failed
-    ``ToolReturnPart`` pydantic-ai already built, else ``"Type: message"`` (``repeat_hooks.error_text``)."""
+    ``ToolReturnPart`` pydantic-ai already built, a validation error's details as the retried return holds
+    them, else ``"Type: message"`` (``repeat_hooks.error_text``). The same text a rebuilt turn reads back
+    from the history (``state.rebuild``), so a resumed turn digests a failure as the live run did."""
+    if isinstance(error, ValidationError):  # as pydantic-ai words the retry (``_output.py:168-170``)
+        return error.errors(include_url=False, include_context=False)
     if isinstance(error, ToolRetryError):
         return error.tool_retry.content
     if isinstance(error, ToolFailedError):

@@ -1,41 +1,57 @@
 """``RepeatGuard``: the capability that runs the repeat-hooks ``Policy`` on a pydantic-ai agent.
 
-One run (``run`` / ``run_sync`` / ``run_stream`` / ``iter``, with or without ``message_history``) is one
-turn. ``for_run`` gives every run its own copy holding its own ``GuardState``, so one ``RepeatGuard``
-(and one agent) serves any number of concurrent runs. The hooks, in the order they fire:
+A turn is a user message: a run given a user prompt (``run`` / ``run_sync`` / ``run_stream`` / ``iter``,
+with or without ``message_history``) starts one; a run given none (``deferred_tool_results=``, a
+``message_history=`` resume, a workflow's ``continue_as_new``) continues the history's last turn, its
+counts rebuilt from the messages (``state.rebuild``). ``for_run`` gives every run its own copy holding its
+own ``GuardState``, so one ``RepeatGuard`` (and one agent) serves any number of concurrent runs. The
+hooks, in the order they fire:
 
-- ``before_run``: starts the turn (its id is ``ctx.run_id``) and picks the run's clock (the durability
-  capability's run clock, when one offers it and ``clock`` is the default).
+- ``before_run``: starts the turn (its id is ``ctx.run_id``), or rebuilds the continued one, and picks
+  the run's clock (the durability capability's run clock, when one offers it and ``clock`` is the default).
 - ``before_model_request``: at the run's first request, checks the tool names the policy mentions
-  against the agent's tools; then asks the policy whether the turn is over: if so, the model is not
-  called and the run ends with the stop (see ``state``); else the stopwatch starts.
+  against the agent's tools; takes the calls a person denied back out of their counts; then asks the
+  policy whether the turn is over: if so, the model is not called and the run ends with the stop (see
+  ``state``); else the stopwatch starts.
 - ``after_model_request``: records each model attempt, with its seconds (since ``before_model_request``
   or the previous attempt) and the cost of its usage (``cost=``); then decides **all the function-tool
-  calls of the response as one batch**, before any of them runs, so no result of the batch restarts
-  another's count whatever order and timing pydantic-ai runs them in.
+  calls of the response as one batch** (approval-required ones included), before any of them runs, so no
+  result of the batch restarts another's count whatever order and timing pydantic-ai runs them in. The
+  response is stamped with its turn's id (``metadata``), for a later resume to find the turn.
+- ``handle_deferred_tool_calls``: an approval-required call its batch refused is answered here (approved
+  into its refusal), so no person is asked about a call the guard will not run.
 - ``on_tool_validate_error``: arguments the tool could not accept (malformed JSON, a schema mismatch)
   are recorded as a failed call, and pydantic-ai then asks the model to fix them, as usual; a call the
   batch refused gets its refusal instead (the validation error is dropped, the tool never runs).
 - ``wrap_tool_execute``: a refused call never runs: its refusal text is the tool's return value the
   model reads (the ``Refusal`` itself rides in the ``ToolReturnPart``'s metadata, which the model does
   not see: ``refusals_of(result)``). After a call ran, its outcome (what the model reads of its return
-  value, or of its ``ModelRetry`` / ``ToolFailed`` / exception) is recorded. A call no batch decided (an
-  approved call resumed with ``deferred_tool_results=``) is decided here, alone.
+  value, or of its ``ModelRetry`` / ``ToolFailed`` / exception) is recorded. A call no batch decided is
+  decided here, alone; one a person approved with other arguments (``override_args``), afresh on them.
+- ``wrap_output_process``: the stop message never reaches an output function or an output validator: a
+  plain text output gets it as it is; an output function's run raises ``RepeatGuardStopped``.
 
-Every decision depends only on the run's own events and its clock, which durable execution replays
-(``workflow.now()`` under Temporal), so a replayed run decides the same.
+Every decision depends only on the messages (the history a continued turn is rebuilt from, and the run's
+own events) and the run clock, which durable execution replays (``workflow.now()`` under Temporal), so a
+replayed run decides the same.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
-from pydantic_ai.capabilities import AbstractCapability, RawToolArgs, ValidatedToolArgs, WrapToolExecuteHandler
+from pydantic_ai.capabilities import (
+    AbstractCapability,
+    RawToolArgs,
+    ValidatedToolArgs,
+    WrapOutputProcessHandler,
+    WrapToolExecuteHandler,
+)
 from pydantic_ai.exceptions import (
     ApprovalRequired,
     CallDeferred,
@@ -44,38 +60,51 @@ from pydantic_ai.exceptions import (
     SkipToolExecution,
     UserError,
 )
-from pydantic_ai.messages import ModelResponse, ToolCallPart
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart, ToolReturnPart
 from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
-from pydantic_ai.tools import RunContext, ToolDefinition
+from pydantic_ai.output import OutputContext
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolApproved, ToolDefinition
 
 import repeat_hooks
 from repeat_hooks import (
     Clock,
     CostOf,
-    Feed,
     GuardState,
     Policy,
     Refusal,
     Stopwatch,
+    TokenPrices,
     ToolCall,
-    check_feeds,
+    check_budgets,
     check_tool_names,
     policy_from,
 )
 from repeat_hooks.clock import monotonic
 
 from .calls import FailureCheck, failure_view, model_view, tool_call
-from .state import RepeatGuardStopped, refusal_return, stop_response
+from .state import (
+    DECIDED_KINDS,
+    Batch,
+    RepeatGuardStopped,
+    last_turn,
+    mark_edited,
+    rebuild,
+    refusal_return,
+    stamp,
+    stop_response,
+)
 
 OWNER = "RepeatGuard"
 _CONTROL_FLOW = (CallDeferred, ApprovalRequired, SkipToolExecution)
 """What a tool raises to defer or skip itself: not an outcome, nothing is recorded."""
-_FEEDS = frozenset({Feed.OUTCOMES, Feed.MODEL_CALLS})
-"""What every ``RepeatGuard`` feeds the policy; ``Feed.SECONDS`` too with a clock, ``Feed.COST`` with ``cost=``."""
-_HOW = {
-    Feed.COST: "RepeatGuard(policy, cost=TokenPrices(input_usd_per_million, output_usd_per_million))",
-    Feed.SECONDS: "RepeatGuard(policy, clock=time.monotonic) (the default)",
-}
+OnStop = Literal["output", "raise"]
+"""How a run the guard stops ends: ``"output"`` (plain text output gets the stop message, other outputs
+raise ``RepeatGuardStopped``) or ``"raise"`` (every run raises ``RepeatGuardStopped``, as ``UsageLimits``
+raises ``UsageLimitExceeded``)."""
+
+
+ToolLookup = Callable[[str], "ToolDefinition | None"]
+"""A tool's definition by name (``None``: not one of the run's tools)."""
 
 
 class GuardSetupError(repeat_hooks.GuardSetupError, UserError):
@@ -90,6 +119,14 @@ def _as_setup_error() -> Iterator[None]:
         yield
     except repeat_hooks.GuardSetupError as error:
         raise GuardSetupError(str(error)) from None
+
+
+def _prepared_tools(ctx: RunContext[Any]) -> ToolLookup:
+    """The run step's tools, by name, as pydantic-ai prepared them (none before it did)."""
+    manager = ctx.tool_manager
+    if manager is None or manager.tools is None:
+        return lambda name: None
+    return manager.get_tool_def
 
 
 def accepts_text(parameters: ModelRequestParameters) -> bool:
@@ -110,10 +147,16 @@ class RepeatGuard(AbstractCapability[Any]):
         agent = Agent(model, tools=[track_parcel], capabilities=[RepeatGuard()])  # the default Policy()
         RepeatGuard(Policy(max_refusals=3))  # or the settings as keywords: RepeatGuard(max_refusals=3)
 
-    Each run is one turn; every limit of the policy counts within it. Construction fails with a
-    ``TypeError`` naming the mistake for a policy that is not a ``Policy`` (a ``StopRepeatedCalls``) or an
-    unknown setting, and with ``GuardSetupError`` for a budget nothing would feed (``max_cost_usd``
+    A turn is a user message: every limit of the policy counts within it, across the runs that continue
+    it without a new prompt (approvals, resumes). Construction fails with a ``TypeError`` naming the
+    mistake for a policy that is not a ``Policy`` (a ``StopRepeatedCalls``), an unknown setting or an
+    unknown ``on_stop``, and with ``GuardSetupError`` for a budget nothing would feed (``max_cost_usd``
     without ``cost=``, ``max_model_seconds`` with ``clock=None``).
+
+    In an agent spec (``Agent.from_spec``, ``custom_capability_types=[RepeatGuard]``)::
+
+        capabilities:
+          - RepeatGuard: {max_refusals: 3, limits: {refund: 1}, on_stop: raise}
     """
 
     policy: Policy = field(default_factory=Policy)
@@ -129,10 +172,15 @@ class RepeatGuard(AbstractCapability[Any]):
     id: str | None = "repeat_guard"
     """The capability's id: one ``RepeatGuard`` per agent; a run's ``capabilities=[RepeatGuard(...)]``
     replaces the agent's. A default in the class body, so pydantic-ai hands two of them to ``combine``."""
+    on_stop: OnStop = "output"
+    """``"output"``: a plain text output (``str``, or ``str`` in a union) is the stop message; an output
+    function or a structured-only output raises ``RepeatGuardStopped``. ``"raise"``: always raise it."""
 
     _state: GuardState | None = field(default=None, repr=False, compare=False)
     _stopwatch: Stopwatch | None = field(default=None, repr=False, compare=False)
-    _batch: dict[str, tuple[ToolCall, Refusal | None]] = field(default_factory=dict, repr=False, compare=False)
+    _batch: Batch = field(default_factory=dict, repr=False, compare=False)
+    _turn: str | None = field(default=None, repr=False, compare=False)
+    _history: tuple[list[ModelMessage], int] | None = field(default=None, repr=False, compare=False)
 
     def __init__(
         self,
@@ -142,19 +190,43 @@ class RepeatGuard(AbstractCapability[Any]):
         is_failure: FailureCheck | None = None,
         clock: Clock | None = monotonic,
         id: str | None = "repeat_guard",
+        on_stop: OnStop = "output",
         **settings: Any,
     ) -> None:
         self.policy = policy_from(policy, settings, owner=OWNER)
+        if on_stop not in ("output", "raise"):
+            raise TypeError(f'RepeatGuard(on_stop=...) is "output" or "raise", not {on_stop!r}')
         self.cost = cost
         self.is_failure = is_failure
         self.clock = clock
         self.id = id
+        self.on_stop = on_stop
         self._state = None
         self._stopwatch = None
         self._batch = {}
-        feeds = _FEEDS | {feed for feed, fed in ((Feed.SECONDS, clock), (Feed.COST, cost)) if fed is not None}
+        self._turn = None
+        self._history = None
         with _as_setup_error():
-            check_feeds(self.policy, can=feeds, owner=OWNER, how=_HOW)
+            check_budgets(self.policy, owner=OWNER, cost=cost, clock=clock)
+
+    @classmethod
+    def from_spec(
+        cls,
+        policy: dict[str, Any] | Policy | None = None,
+        *,
+        cost: dict[str, float] | CostOf | None = None,
+        id: str | None = "repeat_guard",
+        on_stop: OnStop = "output",
+        **settings: Any,
+    ) -> RepeatGuard:
+        """A ``RepeatGuard`` from an agent spec (``Agent.from_spec``): the policy's settings as keywords (or
+        a ``policy`` mapping), ``cost`` as ``{input_usd_per_million: 3, output_usd_per_million: 15}``.
+        ``is_failure`` and ``clock`` are code: give them in Python."""
+        if isinstance(policy, dict):
+            policy = Policy.model_validate(policy)
+        if isinstance(cost, dict):
+            cost = TokenPrices(**cost)
+        return cls(policy, cost=cost, id=id, on_stop=on_stop, **settings)
 
     @classmethod
     def combine(cls, capabilities: Sequence[AbstractCapability[Any]]) -> AbstractCapability[Any]:
@@ -173,10 +245,21 @@ class RepeatGuard(AbstractCapability[Any]):
         run._state = GuardState()
         run._stopwatch = None
         run._batch = {}
+        run._turn = None
+        run._history = None
         return run
 
     async def before_run(self, ctx: RunContext[Any]) -> None:
-        """Fires when the run starts: starts the turn (``ctx.run_id``) and takes the run's clock. Returns nothing.
+        """Fires when the run starts: starts the turn, or continues the history's, and takes the run's clock.
+        Returns nothing.
+
+        A run given a user prompt (``ctx.prompt``) starts a turn whose id is ``ctx.run_id``. A run given
+        none continues the history's last turn: pydantic-ai resumes the history then (pending or approved
+        calls, a trailing request it sends again, a suspended response: ``UserPromptNode.run``,
+        ``pydantic_ai/_agent_graph.py:1126-1208`` in 2.68), and a new prompt is what starts "a new turn" in
+        its own words ("Resume it by running the agent with this message history and no new prompt ...
+        before starting a new turn"). The continued turn's counts are rebuilt from the history
+        (``state.rebuild``), so approval rounds and resumes share one turn's limits.
 
         Raises ``GuardSetupError`` when the run holds two ``RepeatGuard`` (under different ids), or when
         the run's ``UsageLimits.request_limit`` is not above ``max_model_calls``: pydantic-ai checks its
@@ -207,7 +290,15 @@ class RepeatGuard(AbstractCapability[Any]):
             if run_clock is not None:
                 clock = lambda: run_clock().timestamp()  # noqa: E731
         self._stopwatch = Stopwatch(clock)
-        self.policy.start_turn(state, turn_id=ctx.run_id)
+        self._turn = ctx.run_id
+        if ctx.prompt is None and ctx.messages:
+            turn_id, start = last_turn(ctx.messages)
+            if turn_id is not None or start < len(ctx.messages):
+                # Rebuilt at the first hook that knows the tools (pydantic-ai prepares them after before_run).
+                self._turn = turn_id or ctx.run_id
+                self._history = (list(ctx.messages), start)
+                return
+        self.policy.start_turn(state, turn_id=self._turn)
 
     # -- model calls ---------------------------------------------------------------------------------
 
@@ -223,17 +314,20 @@ class RepeatGuard(AbstractCapability[Any]):
         so the run ends normally with ``result.output`` = the message; with structured output only,
         raises ``RepeatGuardStopped``.
         """
-        state = self._run_state()
+        self._run_state()  # on the agent's own instance (no for_run): fails loudly
         parameters = request_context.model_request_parameters
+        known = {tool.name: tool for tool in parameters.function_tools}
+        state = self._run_state(ctx, known.get)
         if state.turn.responses == 0 and state.turn.stop is None:
             with _as_setup_error():
                 check_tool_names(self.policy, (tool.name for tool in parameters.function_tools), owner=OWNER)
-        stop = self.policy.decide_model_call(state, turn_id=ctx.run_id)
+        self._withdraw_denied(ctx)
+        stop = self.policy.decide_model_call(state, turn_id=self._turn)
         if stop is None:
             self._watch().start()
             return request_context
-        if accepts_text(parameters):
-            raise SkipModelRequest(stop_response(stop))
+        if self.on_stop == "output" and accepts_text(parameters):
+            raise SkipModelRequest(stop_response(stop, self._turn))
         raise RepeatGuardStopped(stop, ctx.messages)
 
     async def after_model_request(
@@ -245,7 +339,7 @@ class RepeatGuard(AbstractCapability[Any]):
         if state.turn.stop is not None:
             return response
         cost = self.cost(response.usage) if self.cost is not None else 0.0
-        self.policy.record_model_call(state, seconds=self._watch().seconds(), cost_usd=cost, turn_id=ctx.run_id)
+        self.policy.record_model_call(state, seconds=self._watch().seconds(), cost_usd=cost, turn_id=self._turn)
         tools = {tool.name: tool for tool in request_context.model_request_parameters.function_tools}
         parts: list[ToolCallPart] = []
         calls: list[ToolCall] = []
@@ -253,14 +347,30 @@ class RepeatGuard(AbstractCapability[Any]):
             if not isinstance(part, ToolCallPart):
                 continue
             tool = tools.get(part.tool_name)
-            if tool is not None and tool.kind == "function":  # unapproved / external calls do not run now
+            if tool is not None and tool.kind in DECIDED_KINDS:  # external calls are not the agent's to run
                 parts.append(part)
                 calls.append(tool_call(part, tool))
-        decisions = self.policy.decide_tool_calls(state, calls, turn_id=ctx.run_id)
+        decisions = self.policy.decide_tool_calls(state, calls, turn_id=self._turn)
         self._batch = {
             part.tool_call_id: (call, decision) for part, call, decision in zip(parts, calls, decisions, strict=True)
         }
-        return response
+        return stamp(response, self._turn)
+
+    async def handle_deferred_tool_calls(
+        self, ctx: RunContext[Any], *, requests: DeferredToolRequests
+    ) -> DeferredToolResults | None:
+        """Fires when calls wait for approval: an approval-required call its batch refused is approved here,
+        so that ``wrap_tool_execute`` hands the model its refusal and no person is asked about a call that
+        would not run. Returns those approvals, or ``None`` (every other call still goes to a person)."""
+        self._run_state(ctx)
+        refused = {
+            call.tool_call_id: ToolApproved()
+            for call in requests.approvals
+            if (decided := self._batch.get(call.tool_call_id)) is not None
+            and decided[0].name == call.tool_name
+            and decided[1] is not None
+        }
+        return DeferredToolResults(approvals=dict(refused)) if refused else None
 
     # -- tool calls ----------------------------------------------------------------------------------
 
@@ -278,7 +388,7 @@ class RepeatGuard(AbstractCapability[Any]):
         A call its batch refused returns the arguments as they are instead, so that ``wrap_tool_execute``
         hands the model its refusal (the tool never runs).
         """
-        request, refusal = self._decision(ctx, call, tool_def)
+        request, refusal, _ = self._decision(ctx, call, tool_def)
         if refusal is not None:
             return args if isinstance(args, dict) else {}
         self._record(ctx, request, ok=False, result=failure_view(error))
@@ -300,9 +410,10 @@ class RepeatGuard(AbstractCapability[Any]):
         return value), or of the ``ModelRetry``, ``ToolFailed`` or exception it raised, which then goes on
         as pydantic-ai handles it. Deferrals (``CallDeferred``, ``ApprovalRequired``) record nothing.
         """
-        request, refusal = self._decision(ctx, call, tool_def)
+        request, refusal, edited = self._decision(ctx, call, tool_def)
         if refusal is not None:
-            return refusal_return(refusal)
+            returned: Any = refusal_return(refusal)
+            return mark_edited(returned, request.arguments) if edited else returned
         try:
             result = await handler(args)
         except _CONTROL_FLOW:
@@ -312,11 +423,47 @@ class RepeatGuard(AbstractCapability[Any]):
             raise
         failed = self.is_failure is not None and bool(self.is_failure(result))
         self._record(ctx, request, ok=not failed, result=model_view(result))
-        return result
+        return mark_edited(result, request.arguments) if edited else result
+
+    # -- output ----------------------------------------------------------------------------------------
+
+    async def wrap_output_process(
+        self,
+        ctx: RunContext[Any],
+        *,
+        output_context: OutputContext,
+        output: Any,
+        handler: WrapOutputProcessHandler,
+    ) -> Any:
+        """Fires around output processing (output functions and ``@agent.output_validator`` run in it): the
+        guard's stop message never goes through them. A plain text output returns it as it is; an output
+        function (``TextOutput(fn)``, a function in ``output_type``) raises ``RepeatGuardStopped`` instead."""
+        stop = self._run_state(ctx).turn.stop
+        if stop is None or not isinstance(output, str) or not stop.message.startswith(output):
+            return await handler(output)
+        if output != stop.message and not ctx.partial_output:
+            return await handler(output)
+        if output_context.has_function:
+            raise RepeatGuardStopped(stop, ctx.messages)
+        return output
 
     # -- helpers -------------------------------------------------------------------------------------
 
-    def _run_state(self) -> GuardState:
+    def _run_state(self, ctx: RunContext[Any] | None = None, tools: ToolLookup | None = None) -> GuardState:
+        """The run's state; a continued turn's is rebuilt from the history first, once the tools are known."""
+        if self._history is not None and ctx is not None:
+            messages, start = self._history
+            self._history = None
+            rebuilt = rebuild(
+                self.policy,
+                messages,
+                turn_id=self._turn,
+                start=start,
+                tools=tools or _prepared_tools(ctx),
+                cost=self.cost,
+                is_failure=self.is_failure,
+            )
+            self._state, self._batch = rebuilt.state, rebuilt.batch
         state = self._state
         if state is None:
             raise GuardSetupError(
@@ -332,13 +479,37 @@ class RepeatGuard(AbstractCapability[Any]):
 
     def _decision(
         self, ctx: RunContext[Any], call: ToolCallPart, tool_def: ToolDefinition
-    ) -> tuple[ToolCall, Refusal | None]:
-        """The call's ``ToolCall`` and decision: its batch's, else decided now, alone."""
+    ) -> tuple[ToolCall, Refusal | None, bool]:
+        """The call's ``ToolCall``, its decision (its batch's, else decided now, alone), and whether a person
+        edited it.
+
+        A call a person approved with other arguments (``ToolApproved(override_args=...)``: pydantic-ai runs
+        it with them) is not the call its batch decided: that one is taken back out of its count, and the
+        edited call is decided afresh, on its new arguments (its return is marked with them, ``mark_edited``,
+        for a later resume to rebuild the same).
+        """
+        state = self._run_state(ctx)
         decided = self._batch.get(call.tool_call_id)
         if decided is not None and decided[0].name == call.tool_name:
-            return decided
+            sent = call.args if call.args is not None else {}  # as ``tool_call`` reads them
+            if not (ctx.tool_call_approved and sent != decided[0].arguments):
+                return decided[0], decided[1], False
+            self.policy.withdraw_tool_call(state, decided[0], turn_id=self._turn)
+            del self._batch[call.tool_call_id]
+            request = tool_call(call, tool_def)
+            return request, self.policy.decide_tool_call(state, request, turn_id=self._turn), True
         request = tool_call(call, tool_def)
-        return request, self.policy.decide_tool_call(self._run_state(), request, turn_id=ctx.run_id)
+        return request, self.policy.decide_tool_call(state, request, turn_id=self._turn), False
 
     def _record(self, ctx: RunContext[Any], request: ToolCall, *, ok: bool, result: Any) -> None:
-        self.policy.record_tool_result(self._run_state(), request, ok=ok, result=result, turn_id=ctx.run_id)
+        self.policy.record_tool_result(self._run_state(), request, ok=ok, result=result, turn_id=self._turn)
+
+    def _withdraw_denied(self, ctx: RunContext[Any]) -> None:
+        """Calls of the last batch a person denied never ran: take them back out of their counts."""
+        if not self._batch or not ctx.messages:
+            return
+        for part in getattr(ctx.messages[-1], "parts", ()):
+            if isinstance(part, ToolReturnPart) and part.outcome == "denied":
+                decided = self._batch.get(part.tool_call_id)
+                if decided is not None and decided[1] is None:
+                    self.policy.withdraw_tool_call(self._run_state(), decided[0], turn_id=self._turn)

@@ -25,11 +25,12 @@ graph, a ``ScriptedModel`` answering each turn's script::
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
-from pydantic_ai import Agent, Tool, ToolFailed
+from pydantic_ai import Agent, AgentRunResult, CallToolsNode, Tool, ToolFailed
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -165,21 +166,35 @@ UNSUPPORTED: dict[str, str] = {
 
 class Driver:
     """Runs a conformance ``Scenario`` on pydantic-ai's real agent graph (one ``agent.run`` per user turn,
-    the conversation carried by ``message_history``), a ``ScriptedModel`` answering each turn's script."""
+    the conversation carried by ``message_history``), a ``ScriptedModel`` answering from the kit's
+    ``Cursor`` (the turn's next scripted response at each model call that reaches it).
+
+    ``pause_after=k``: each turn runs with ``agent.iter``, is broken off at its ``k``-th ``CallToolsNode``
+    and resumed with ``message_history=`` and no prompt (the same turn, its counts rebuilt from the
+    history): every scenario must end as it does uninterrupted.
+    """
+
+    def __init__(self, pause_after: int | None = None) -> None:
+        self.pause_after = pause_after
 
     def run(self, scenario: kit.Scenario, box: kit.ToolBox) -> list[kit.TurnOutcome]:
         """Every turn of ``scenario`` on one guarded agent; one outcome per turn, read from pydantic-ai."""
+        cursor = kit.Cursor(scenario)
         agent: Agent[None, str] = Agent(
-            ScriptedModel(answer(kit.FINAL)),
+            ScriptedModel(lambda step: cursor_reply(cursor)),
             tools=[kit_tool(tool, box) for tool in scenario.tools],
             capabilities=[RepeatGuard(scenario.policy)],
         )
         history: list[ModelMessage] = []
         outcomes: list[kit.TurnOutcome] = []
         for number, turn in enumerate(scenario.turns):
-            model = ScriptedModel(turn_script(scenario, number, step_of(history)))
-            result = agent.run_sync(turn.message, message_history=history, model=model)
-            new = result.new_messages()
+            cursor.start_turn(number)
+            if self.pause_after is None:
+                result = agent.run_sync(turn.message, message_history=history)
+            else:
+                paused = asyncio.run(pause(agent, turn.message, history, self.pause_after))
+                result = paused if not isinstance(paused, list) else agent.run_sync(message_history=paused)
+            new = result.all_messages()[len(history) :]
             seen = [
                 part.model_response_str()
                 for message in new
@@ -192,21 +207,28 @@ class Driver:
         return outcomes
 
 
-def turn_script(scenario: kit.Scenario, turn: int, offset: int) -> Script:
-    """The model's script in turn ``turn``: its ``i``-th response (conversation step ``offset + i``) is the
-    kit's ``response(scenario, turn, i)``, with the kit's call ids."""
+async def pause(
+    agent: Agent[None, str], prompt: str, history: list[ModelMessage], tool_steps: int
+) -> AgentRunResult[str] | list[ModelMessage]:
+    """Run a turn with ``iter``; broken off at its ``tool_steps``-th ``CallToolsNode``: the messages so far,
+    else (it ended first) its result."""
+    steps = 0
+    async with agent.iter(prompt, message_history=history) as run:
+        async for node in run:
+            if isinstance(node, CallToolsNode):
+                steps += 1
+                if steps == tool_steps:
+                    return run.all_messages()
+        assert run.result is not None
+        return run.result
 
-    def script(step: int) -> Reply:
-        index = step - offset
-        reply = kit.response(scenario, turn, index)
-        if isinstance(reply, str):
-            return [TextPart(reply)]
-        return [
-            ToolCallPart(c.tool, {"query": c.query}, tool_call_id=kit.call_id(turn, index, k, c))
-            for k, c in enumerate(reply)
-        ]
 
-    return script
+def cursor_reply(cursor: kit.Cursor) -> Reply:
+    """The kit's next scripted response as pydantic-ai parts: a text, or tool calls with the kit's ids."""
+    reply = cursor.next()
+    if isinstance(reply, str):
+        return [TextPart(reply)]
+    return [ToolCallPart(c.tool, {"query": c.query}, tool_call_id=call_id) for c, call_id in reply]
 
 
 def kit_tool(tool: kit.Tool, box: kit.ToolBox) -> Tool[None]:
