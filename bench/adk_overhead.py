@@ -117,6 +117,13 @@ class TimedGuard(RepeatGuardPlugin):
         finally:
             TimedGuard.spent += time.process_time() - started
 
+    async def before_agent_callback(self, **kwargs: Any) -> Any:
+        started = time.process_time()
+        try:
+            return await super().before_agent_callback(**kwargs)
+        finally:
+            TimedGuard.spent += time.process_time() - started
+
 
 def guarded() -> Callable[[], Awaitable[None]]:
     return invocation(RepeatGuardPlugin())

@@ -23,12 +23,14 @@ import asyncio
 import copy
 import itertools
 import json
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
 from google.adk.models.base_llm import BaseLlm
+from google.adk.models.base_llm_connection import BaseLlmConnection
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import InMemoryRunner
@@ -39,7 +41,7 @@ from google.genai import types
 from pydantic import PrivateAttr
 
 from repeat_hooks import error_text
-from repeat_hooks.testing import Scenario, Tool, ToolBox, ToolFailed, TurnOutcome, call_id, response
+from repeat_hooks.testing import Cursor, Scenario, Tool, ToolBox, ToolFailed, TurnOutcome
 
 from .guard import RepeatGuardPlugin
 from .state import stop_of
@@ -171,6 +173,16 @@ class ScriptedLlm(BaseLlm):
             turn_complete=True,
         )
 
+    @asynccontextmanager
+    async def connect(self, llm_request: LlmRequest) -> AsyncIterator[BaseLlmConnection]:
+        """A live connection (``Runner.run_live``): each user message or batch of tool results sent makes one
+        model call, answered from the script as in ``generate_content_async``, then ``turn_complete``."""
+        connection = _LiveConnection(self, list(llm_request.contents))
+        try:
+            yield connection
+        finally:
+            await connection.close()
+
     def _next_reply(self, request: LlmRequest) -> Reply:
         if self._replies:
             reply = self._replies.pop(0)
@@ -178,6 +190,44 @@ class ScriptedLlm(BaseLlm):
         if self._then is not None:
             return self._then(self, request)
         return "Done."
+
+
+class _LiveConnection(BaseLlmConnection):
+    """``ScriptedLlm``'s live connection: a model call per content sent, its responses queued for ``receive``."""
+
+    def __init__(self, model: ScriptedLlm, history: list[types.Content]) -> None:
+        self.model = model
+        self.history = history
+        self.queue: asyncio.Queue[LlmResponse | None] = asyncio.Queue()
+
+    async def send_history(self, history: list[types.Content]) -> None:
+        self.history = list(history)
+        if history and history[-1].role == "user":
+            await self._answer()
+
+    async def send_content(self, content: types.Content) -> None:
+        self.history.append(content)
+        await self._answer()
+
+    async def send_realtime(self, blob: Any) -> None:
+        return None
+
+    async def receive(self) -> AsyncGenerator[LlmResponse, None]:
+        while True:
+            response = await self.queue.get()
+            if response is None:
+                return
+            yield response
+
+    async def close(self) -> None:
+        await self.queue.put(None)
+
+    async def _answer(self) -> None:
+        request = LlmRequest(contents=copy.deepcopy(self.history))
+        async for response in self.model.generate_content_async(request):
+            if response.content is not None:
+                self.history.append(response.content)
+            await self.queue.put(response)
 
 
 # -- the conformance kit's driver -------------------------------------------------------------------------
@@ -208,18 +258,13 @@ class Driver:
 
     async def run_async(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
         """``run``, from a running event loop."""
-        where = {"turn": 0, "step": 0}
+        cursor = Cursor(scenario)
 
         def script(model: ScriptedLlm, request: LlmRequest) -> Reply:
-            turn, step = where["turn"], where["step"]
-            where["step"] += 1
-            reply = response(scenario, turn, step)
+            reply = cursor.next()
             if isinstance(reply, str):
                 return reply
-            return [
-                function_call(call.tool, {"query": call.query}, call_id(turn, step, index, call))
-                for index, call in enumerate(reply)
-            ]
+            return [function_call(call.tool, {"query": call.query}, call_id) for call, call_id in reply]
 
         agent = LlmAgent(
             name="kit_agent",
@@ -232,7 +277,7 @@ class Driver:
         session = await runner.session_service.create_session(app_name="kit", user_id="kit")
         outcomes: list[TurnOutcome] = []
         for number, turn in enumerate(scenario.turns):
-            where["turn"], where["step"] = number, 0
+            cursor.start_turn(number)
             message = types.Content(role="user", parts=[types.Part(text=turn.message)])
             events = [
                 event async for event in runner.run_async(user_id="kit", session_id=session.id, new_message=message)
@@ -254,7 +299,8 @@ class Driver:
 
 
 def _kit_tool(box: ToolBox, tool: Tool) -> FunctionTool:
-    def run(query: str) -> Any:
+    async def run(query: str) -> Any:
+        await asyncio.sleep(0)  # ADK runs a response's calls as tasks: let them interleave
         return box.run(tool.name, query)
 
     run.__name__ = tool.name
