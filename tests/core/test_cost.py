@@ -1,4 +1,4 @@
-"""``TokenPrices``: the cost arithmetic every adapter's ``token_prices`` shares."""
+"""``TokenPrices``: the cost arithmetic every adapter shares (``cost=TokenPrices(...)``)."""
 
 from __future__ import annotations
 
