@@ -249,10 +249,18 @@ class _Text:
 
 
 def _key_text(key: Any) -> str:
-    """An object key as JSON writes it: strings as they are, ``1``, ``1.5``, ``true``, ``null``."""
+    """An object key as JSON writes it: strings as they are, ``1``, ``1.5``, ``true``, ``null``; any other key
+    as its stable form (bytes decoded, a frozenset as its canonical list, an object as its type)."""
     if isinstance(key, str):
         return key
-    return _scalar(key if key is None or isinstance(key, (int, float)) else _plain(key))
+    if key is None or isinstance(key, (int, float)):
+        return _scalar(key)
+    value = _plain(key)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (Mapping, list, tuple)):
+        return _encode(key, frozenset())
+    return _scalar(value)
 
 
 def _plain(value: Any) -> Any:

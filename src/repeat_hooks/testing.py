@@ -300,13 +300,14 @@ TRACK = Call("track_parcel")
 """The parcel tracker's call: ``track_parcel(query="FR-7731")``."""
 
 
-def _track(results: Callable[[int, str], Any] | None = None, **hints: Any) -> Tool:
-    results = results or same("FR-7731: in transit")
-    return Tool("track_parcel", results, description="Where a parcel is now.", **hints)
+# These two run only while SCENARIOS is built, at import: mutation testing cannot switch a mutant on there.
+def _track(results: Callable[[int, str], Any] | None = None, **hints: Any) -> Tool:  # pragma: no mutate
+    results = results or same("FR-7731: in transit")  # pragma: no mutate
+    return Tool("track_parcel", results, description="Where a parcel is now.", **hints)  # pragma: no mutate
 
 
-def _calls(*calls: Call) -> tuple[Call, ...]:
-    return calls
+def _calls(*calls: Call) -> tuple[Call, ...]:  # pragma: no mutate
+    return calls  # pragma: no mutate
 
 
 SCENARIOS: tuple[Scenario, ...] = (

@@ -3,19 +3,30 @@ drive) runs every scenario, so the catalogue is known to be consistent before an
 
 from __future__ import annotations
 
+import re
+import uuid
+
 import pytest
 
-from repeat_hooks import StopRepeatedCalls, ToolCall
+from repeat_hooks import Stop, StopRepeatedCalls, ToolCall, model_view
 from repeat_hooks.testing import (
     FINAL,
     SCENARIOS,
+    Call,
     Scenario,
     ToolBox,
     ToolFailed,
     TurnOutcome,
     call_id,
     check,
+    fails,
+    fails_once,
+    fresh_ids,
+    numbered,
+    order_placed,
     response,
+    same,
+    typed_parcel,
 )
 
 
@@ -72,3 +83,77 @@ def test_check_names_what_differs() -> None:
     box.runs["track_parcel"] = 3
     with pytest.raises(AssertionError, match=r"tool runs \{'track_parcel': 3\}, expected \{'track_parcel': 2\}"):
         check(scenario, box, [TurnOutcome(final=FINAL, stop=None, seen=["Refused: ..."])])
+
+
+def by_name(name: str) -> Scenario:
+    return next(scenario for scenario in SCENARIOS if scenario.name == name)
+
+
+def test_check_lists_every_difference_in_one_message() -> None:
+    from repeat_hooks import StopReason
+
+    scenario = by_name("seed_004_story")  # two turns; the first stopped for ignored refusals
+    stop = Stop(message="I stopped: the same call was refused 3 times.", reason=StopReason.IGNORED_REFUSALS)
+    with pytest.raises(AssertionError) as raised:
+        check(scenario, ToolBox(scenario), [TurnOutcome(final="my answer", stop=None, seen=["Refused: no", "x"])])
+    assert str(raised.value) == (
+        "scenario seed_004_story: 1 turn outcomes for 2 turns; tool runs {}, expected {'track_parcel': 3}; "
+        "1 refusals reached the model, expected 3; it saw [['Refused: no', 'x']]; "
+        "turn 0: stop None, expected ignored_refusals; "
+        "turn 0: final text 'my answer' is not the guard's stop message; "
+        "turn 0: final text 'my answer', expected 'done'"
+    )
+    box = ToolBox(scenario)
+    box.runs["track_parcel"] = 3
+    seen = ["FR-7731: in transit"] * 2 + ["Refused: again"] * 3
+    stopped = TurnOutcome(final=stop.message, stop=stop, seen=seen)
+    check(scenario, box, [stopped, TurnOutcome(final=FINAL, stop=None, seen=["FR-7731: in transit"])])
+    with pytest.raises(AssertionError, match=r"turn 0: final text 'done', expected 'I stopped: the same call"):
+        check(scenario, box, [TurnOutcome(final=FINAL, stop=stop, seen=seen), stopped])
+
+
+def test_a_tool_box_counts_runs_and_passes_the_query() -> None:
+    scenario = by_name("new_results_are_progress")
+    box = ToolBox(scenario)
+    assert [box.run("track_parcel", query) for query in ("FR-1", "FR-2")] == ["FR-1: run 1", "FR-2: run 2"]
+    assert box.runs == {"track_parcel": 2}
+
+
+def test_call_ids_are_the_calls_own_or_numbered_by_position() -> None:
+    assert call_id(1, 2, 3, Call("track_parcel")) == "call_1_2_3"
+    assert call_id(1, 2, 3, Call("track_parcel", id="c9")) == "c9"
+    assert call_id(1, 2, 3, Call("track_parcel", id="")) == ""
+
+
+def test_the_scripted_results() -> None:
+    assert [same("x")(run, "FR-1") for run in (1, 2)] == ["x", "x"]
+    assert numbered()(2, "FR-1") == "FR-1: run 2"
+    assert numbered("{query}/{run}")(3, "FR-1") == "FR-1/3"
+    with pytest.raises(ToolFailed, match=r"^FR-1: carrier timeout \(attempt 4\)$"):
+        fails()(4, "FR-1")
+    with pytest.raises(ToolFailed, match=r"^FR-1 down 2$"):
+        fails("{query} down {run}")(2, "FR-1")
+    once = fails_once("delivered")
+    with pytest.raises(ToolFailed, match=r"^FR-1: carrier timeout$"):
+        once(1, "FR-1")
+    assert once(2, "FR-1") == once(3, "FR-1") == "delivered"
+    assert order_placed(3, "FR-1") == {"order": "ORD-3", "item": "FR-1"}
+
+
+def test_a_typed_parcel_as_the_model_reads_it() -> None:
+    assert model_view(typed_parcel(1, "FR-1")) == {
+        "parcel": {"number": "FR-1", "status": "in_transit", "weight_kg": "1.25"},
+        "scanned_at": "2026-11-30T09:15:00Z",
+        "due": "2026-12-03",
+        "carrier_id": "5f0c1d2e-3a4b-4c5d-8e9f-0a1b2c3d4e5f",
+    }
+    assert typed_parcel(2, "FR-1") == typed_parcel(1, "FR-1")
+
+
+def test_fresh_ids_change_only_their_ids_and_time() -> None:
+    first, second = fresh_ids(1, "FR-1"), fresh_ids(2, "FR-1")
+    assert first["status"] == second["status"] == "FR-1: in transit"
+    assert (first["checked_at"], second["checked_at"]) == ("2026-12-01T10:00:01", "2026-12-01T10:00:02")
+    assert first["request_id"] != second["request_id"] and str(uuid.UUID(first["request_id"])) == first["request_id"]
+    assert first["trace"] != second["trace"] and re.fullmatch("[0-9a-f]{40}", first["trace"])
+    assert set(first) == {"status", "request_id", "trace", "checked_at"}

@@ -366,3 +366,191 @@ def test_memory_store_bounds_and_copies() -> None:
     loaded.turn.counts["k"] = 1
     again = asyncio.run(store.load("c"))
     assert again is not None and again.turn.counts == {}
+
+
+# -- withdrawn calls ----------------------------------------------------------------------------------------
+
+
+def test_a_call_without_an_id_is_withdrawn_by_its_key() -> None:
+    from repeat_hooks import Policy
+
+    policy, state = Policy(count="per_turn"), GuardState()
+    track = ToolCall("track", {"n": 1})
+    assert policy.decide_tool_call(state, track) is None
+    assert policy.decide_tool_call(state, track) is None
+    policy.withdraw_tool_call(state, track)
+    assert list(state.turn.counts.values()) == [1]
+    policy.withdraw_tool_call(state, ToolCall("track", {"n": 1}, call_id="never-decided"))  # an unknown id: by key
+    assert sum(state.turn.counts.values()) == 0
+    assert policy.decide_tool_call(state, track) is None  # the first run, then the second
+    assert policy.decide_tool_call(state, track) is None
+
+
+def test_a_call_withdrawn_by_its_id_takes_back_what_its_decision_counted() -> None:
+    from repeat_hooks import Policy
+
+    policy, state = Policy(count="per_turn"), GuardState()
+    assert policy.decide_tool_call(state, ToolCall("track", {"n": 1}, call_id="c1")) is None
+    policy.withdraw_tool_call(state, ToolCall("track", {"n": 2}, call_id="c1"))  # edited, then rejected
+    assert sum(state.turn.counts.values()) == 0
+
+
+def test_a_withdrawal_in_a_new_turn_starts_that_turn_and_takes_back_nothing_of_the_last() -> None:
+    from repeat_hooks import Policy
+
+    policy, state = Policy(count="per_turn"), GuardState()
+    track = ToolCall("track", {"n": 1})
+    assert policy.decide_tool_call(state, track, turn_id="t1") is None
+    policy.withdraw_tool_call(state, track, turn_id="t2")
+    assert state.turn.id == "t2" and sum(state.turn.counts.values()) == 0
+
+
+# -- digest keys --------------------------------------------------------------------------------------------
+
+
+def _states_holding_digests() -> list[GuardState]:
+    from repeat_hooks import Policy
+
+    track = ToolCall("track", {"n": 1})
+    counted = GuardState()  # a call counted
+    Policy(count="per_turn").decide_tool_call(counted, track)
+    failed = GuardState()  # a failed run, taken out of its count but kept for cycles
+    policy = Policy(count_failures=False)
+    policy.decide_tool_call(failed, track)
+    policy.record_tool_result(failed, track, ok=False, result="boom")
+    remembered = GuardState()  # only a call id remembered from the turn before
+    Policy().decide_tool_call(remembered, ToolCall("track", {"n": 1}, call_id="c1"), turn_id="t1")
+    Policy().decide_model_call(remembered, turn_id="t2")
+    return [counted, failed, remembered]
+
+
+@pytest.mark.parametrize("state", _states_holding_digests(), ids=["counted", "failed", "remembered"])
+def test_a_state_with_any_digest_made_without_a_key_is_refused_under_one(state: GuardState) -> None:
+    from repeat_hooks import GuardSetupError, Policy
+
+    keyed = Policy(digest_key="a secret of sixteen+ chars")
+    with pytest.raises(GuardSetupError) as raised:
+        keyed.decide_tool_call(state, ToolCall("track", {"n": 1}))
+    assert str(raised.value) == (
+        "this conversation's state was written under no digest_key, and this policy has this digest_key: give "
+        "every process that serves it the same Policy(digest_key=...) (a new key starts conversations afresh: "
+        "delete their stored states)"
+    )
+
+
+# -- odd figures and flags from an adapter ------------------------------------------------------------------
+
+
+def test_a_bad_figure_is_logged_by_its_kind_and_counted_as_zero(caplog: pytest.LogCaptureFixture) -> None:
+    guard = StopRepeatedCalls()
+    with caplog.at_level("WARNING", logger="repeat_hooks"):
+        guard.post_llm_call(seconds=0.0, cost_usd=0)  # nothing spent: nothing to say
+        assert caplog.messages == []
+        guard.post_llm_call(seconds=-2.5, cost_usd="3")  # type: ignore[arg-type]
+        guard.post_llm_call(cost_usd=object())  # type: ignore[arg-type]
+    assert caplog.messages == [
+        "repeat_hooks: post_llm_call got a float -2.5 for seconds, not a figure >= 0: counted as 0",
+        "repeat_hooks: post_llm_call got a object for cost_usd, not a figure >= 0: counted as 0",
+    ]
+    assert (guard.state.turn.model_seconds, guard.state.turn.cost_usd) == (0.0, 3.0)
+
+
+def test_an_ok_that_is_not_a_bool_is_read_as_one() -> None:
+    class Hostile:
+        def __bool__(self) -> bool:
+            raise RuntimeError("no")
+
+    guard = StopRepeatedCalls(max_errors_in_a_row=5)
+    guard.pre_tool_call(SEARCH)
+    guard.post_tool_call(SEARCH, 1)  # type: ignore[arg-type]
+    assert guard.state.turn.errors_in_a_row == 0
+    guard.pre_tool_call(SEARCH)
+    guard.post_tool_call(SEARCH, Hostile())  # type: ignore[arg-type]
+    assert guard.state.turn.errors_in_a_row == 1
+
+
+# -- digests with and without a key -------------------------------------------------------------------------
+
+
+def test_a_digest_key_changes_every_digest_the_state_holds() -> None:
+    from repeat_hooks import Policy, outcome_digest
+
+    plain, keyed = Policy(), Policy(digest_key="a secret of sixteen+ chars")
+    states = GuardState(), GuardState()
+    for policy, state in zip((plain, keyed), states, strict=True):
+        for _ in range(2):
+            assert policy.decide_tool_call(state, SEARCH) is None
+            policy.record_tool_result(state, SEARCH, result="3 hammocks")
+        assert policy.decide_tool_call(state, SEARCH) is not None  # keyed or not, the 3rd is refused
+    unkeyed, macs = states
+    # without a key the state's digests are the public ones; with one, none of them
+    assert list(unkeyed.turn.counts) == [call_key("search", {"q": "hammock"})]
+    assert [mark.outcome for mark in unkeyed.turn.marks.values()] == [outcome_digest(True, "3 hammocks")]
+    assert set(macs.turn.counts).isdisjoint(unkeyed.turn.counts)
+    assert {m.outcome for m in macs.turn.marks.values()}.isdisjoint(m.outcome for m in unkeyed.turn.marks.values())
+
+
+def test_every_hook_checks_the_state_s_key_before_using_it() -> None:
+    from repeat_hooks import GuardSetupError, Policy
+
+    keyed, plain = Policy(digest_key="a secret of sixteen+ chars"), Policy()
+    firsts = [
+        lambda policy, state: policy.decide_model_call(state),
+        lambda policy, state: policy.record_model_call(state),
+        lambda policy, state: policy.record_tool_result(state, SEARCH, result="x"),
+    ]
+    for first in firsts:
+        written = GuardState()
+        keyed.decide_tool_call(written, SEARCH)
+        with pytest.raises(GuardSetupError, match="written under another digest_key, and this policy has no"):
+            first(plain, written)
+        first(keyed, written)  # its own key: fine
+        fresh = GuardState()
+        first(keyed, fresh)  # a fresh state takes the key
+        assert fresh.key_id is not None and keyed.decide_tool_call(fresh, SEARCH) is None
+        unkeyed = GuardState()
+        plain.decide_tool_call(unkeyed, SEARCH)
+        first(plain, unkeyed)  # no key on either side: nothing to check
+        assert unkeyed.key_id is None
+
+
+def test_the_defaults_of_the_recording_verbs() -> None:
+    from repeat_hooks import Policy
+
+    policy, state = Policy(), GuardState()
+    policy.record_model_call(state)
+    assert (state.turn.model_calls, state.turn.model_seconds, state.turn.cost_usd) == (1, 0.0, 0.0)
+    policy.decide_tool_call(state, SEARCH)
+    policy.record_tool_result(state, SEARCH)
+    assert state.turn.errors_in_a_row == 0
+
+
+def test_a_key_s_fingerprint_is_stable_across_releases() -> None:
+    from repeat_hooks import Policy
+
+    state = GuardState()
+    Policy(digest_key="a secret of sixteen+ chars").decide_model_call(state)
+    assert state.key_id == "27020404"  # what this release writes: a later one must still recognise it
+
+
+@pytest.mark.parametrize("size", [64, 65, 100])
+def test_keys_of_any_length_key_the_digests(size: int) -> None:
+    import hashlib
+
+    from repeat_hooks import Policy
+
+    key = b"k" * size
+    state = GuardState()
+    Policy(digest_key=key).decide_tool_call(state, SEARCH)
+    used = key if size <= 64 else hashlib.blake2b(key).digest()  # BLAKE2b takes keys of up to 64 bytes
+    assert list(state.turn.counts) == [call_key("search", {"q": "hammock"}, key=used)]
+
+
+def test_per_turn_counting_ignores_results() -> None:
+    from repeat_hooks import Policy
+
+    policy, state = Policy(count="per_turn", max_calls=2), GuardState()
+    for n in range(2):
+        assert policy.decide_tool_call(state, SEARCH) is None
+        policy.record_tool_result(state, SEARCH, result=f"{n} hammocks")  # new every time: no matter
+    assert policy.decide_tool_call(state, SEARCH) is not None

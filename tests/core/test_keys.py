@@ -207,3 +207,25 @@ def test_an_outcome_digest_tells_success_from_failure_and_markup_from_objects() 
     assert outcome_digest(True, '"<b>bold</b>"') != UNKNOWN_OUTCOME  # markup, not an object stand-in
     assert outcome_digest(True, '"<b>bold</b>"') == outcome_digest(True, '"<b>bold</b>"')
     assert outcome_digest(True, {"v": object()}) == UNKNOWN_OUTCOME
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_a_name_or_id_with_no_text_is_named_by_its_type() -> None:
+    call = ToolCall(Unprintable(), {"a": 1}, call_id=Unprintable())  # type: ignore[arg-type]
+    assert call.name == call.call_id == f"<{__name__}.Unprintable>"
+
+
+def test_nan_and_infinities_keep_their_names_beside_values_json_lacks() -> None:
+    nan, inf = float("nan"), float("inf")
+    assert canonical_arguments({"s": {1}, "x": [nan, inf, -inf, 0.5]}) == '{"s":[1],"x":[NaN,Infinity,-Infinity,0.5]}'
+
+
+def test_odd_dict_keys_get_a_stable_text() -> None:
+    # A frozenset key used to be written with the memory address of its members' stand-ins: never the same call.
+    assert canonical_arguments({frozenset({2, 1}): "x"}) == canonical_arguments({frozenset({1, 2}): "x"})
+    assert canonical_arguments({frozenset({2, 1}): "x"}) == '{"[1,2]":"x"}'
+    assert canonical_arguments({b"id": 1}) == '{"id":1}'  # bytes keys were quoted twice

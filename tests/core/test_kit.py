@@ -217,3 +217,135 @@ def test_a_cost_or_clock_that_is_not_a_function_is_refused_at_setup() -> None:
         check_budgets(Policy(), owner="X", cost=None, clock=5)
     with pytest.raises(ValueError, match=r"^TokenPrices: input_usd_per_million and output"):
         TokenPrices(0, 0)
+
+
+# -- usage as each SDK spells it, at the edges --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("usage", "tokens"),
+    [
+        # Strands without totalTokens: the input is inputTokens plus the cache reads and writes
+        (
+            {"inputTokens": 5, "outputTokens": 20, "cacheReadInputTokens": 800, "cacheWriteInputTokens": 50},
+            (855, 20, 800),
+        ),
+        ({"inputTokens": 900}, (900, 0, 0)),  # a camelCase usage with no output count yet
+        ({"outputTokens": 10}, (0, 10, 0)),  # or with no input count
+        # Anthropic with only one of the cache counts: input_tokens still leaves the cache out
+        ({"input_tokens": 100, "output_tokens": 7, "cache_read_input_tokens": 800}, (900, 7, 800)),
+        ({"input_tokens": 100, "output_tokens": 7, "cache_creation_input_tokens": 50}, (150, 7, 0)),
+    ],
+)
+def test_usage_tokens_with_some_counts_missing(usage: Any, tokens: tuple[int, int, int]) -> None:
+    assert usage_tokens(usage) == tokens
+
+
+def test_a_usage_object_that_raises_is_all_zeros() -> None:
+    class Hostile:
+        @property
+        def input_tokens(self) -> int:
+            raise RuntimeError("usage unavailable")
+
+    assert usage_tokens(Hostile()) == (0, 0, 0)
+    assert TokenPrices(3, 15)(Hostile()) == 0
+
+
+def test_token_prices_in_dollars_exactly() -> None:
+    prices = TokenPrices(3, 15, cached_input_usd_per_million=0.5)
+    assert prices.dollars(1_000_000, 0) == 3.0  # no cached count given: none of the input was cached
+    assert prices.dollars(1_000, 0) == pytest.approx(0.003, rel=1e-9)
+    assert prices.dollars(0, 2_000_000) == 30.0
+
+
+def test_cheap_prices_are_prices() -> None:
+    prices = TokenPrices(0.1, 0.4)  # a small model: under a dollar per million either way
+    assert prices.dollars(1_000_000, 1_000_000) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match=r"^TokenPrices: .* are both 0, so max_cost_usd could never trip$"):
+        TokenPrices(0, 0.0)
+
+
+def test_a_stopwatch_never_counts_less_than_nothing() -> None:
+    now = iter([10.0, 10.25, 9.0])
+    watch = Stopwatch(lambda: next(now))
+    watch.start()
+    assert watch.seconds() == 0.25
+    assert watch.seconds() == 0.0  # the clock went back: no time, not negative time
+    untimed = Stopwatch(None)
+    untimed.start()  # no clock: starting reads nothing
+    assert untimed.seconds() == 0.0
+
+
+# -- the messages of setup mistakes, in full ----------------------------------------------------------------
+
+
+def test_both_a_policy_and_settings_name_every_setting() -> None:
+    with pytest.raises(TypeError, match=r"not both: put max_calls, window inside Policy\(\.\.\.\)$"):
+        policy_from(Policy(), {"window": 9, "max_calls": 2}, owner="X")
+
+
+def test_an_unknown_setting_with_no_close_one_lists_the_settings() -> None:
+    settings = ", ".join(Policy.model_fields)
+    with pytest.raises(TypeError) as raised:
+        policy_from(None, {"zzz": 1}, owner="X")
+    assert str(raised.value) == f"X got an unknown setting 'zzz'; the settings are Policy's: {settings}"
+
+
+def test_a_budget_this_sdk_cannot_feed_says_why() -> None:
+    why = {Feed.SECONDS: "its events carry no latency"}
+    with pytest.raises(GuardSetupError) as raised:
+        check_feeds(Policy(max_model_seconds=5), can={Feed.OUTCOMES, Feed.MODEL_CALLS}, owner="Claude", why=why)
+    assert str(raised.value) == (
+        "Policy(max_model_seconds=...) could never trip: Claude cannot feed seconds (its events carry no latency): "
+        "leave it None"
+    )
+    with pytest.raises(GuardSetupError, match=r"need: use Policy\(count='per_turn'\)$"):
+        check_feeds(Policy(count="progress"), can={Feed.MODEL_CALLS}, owner="X")
+
+
+def test_the_usual_budget_check_passes_on_the_owner_the_reason_and_the_error() -> None:
+    from repeat_hooks import check_budgets
+
+    class PluginSetupError(GuardSetupError):
+        pass
+
+    with pytest.raises(PluginSetupError) as raised:
+        check_budgets(
+            Policy(max_model_calls=5),
+            owner="Plugin",
+            cost=None,
+            clock=None,
+            feeds=(Feed.OUTCOMES,),
+            why={Feed.MODEL_CALLS: "it sees no model calls"},
+            error=PluginSetupError,
+        )
+    assert "Plugin cannot feed model_calls (it sees no model calls): leave it None" in str(raised.value)
+
+
+def test_a_tool_name_half_right_still_gets_a_suggestion() -> None:
+    with pytest.raises(GuardSetupError, match=r"names 'lookup'.*did you mean 'lookup_customer'\?$"):
+        check_tool_names(Policy(limits={"lookup": 3}), ["lookup_customer", "refund"], owner="X")
+
+
+def test_a_tool_name_when_the_agent_has_no_tools() -> None:
+    with pytest.raises(GuardSetupError, match=r"none of X's agent's tools; the agent's tools are none$"):
+        check_tool_names(Policy(exempt={"search"}), [], owner="X")
+
+
+def test_a_corrupt_state_says_what_was_wrong_with_it() -> None:
+    with pytest.raises(StateCorrupt) as raised:
+        load_state('{"turn": "x"}')
+    assert str(raised.value).startswith(
+        "the stored guard state is not a repeat-hooks GuardState (ValidationError: 1 validation error for GuardState); "
+    )
+    with pytest.raises(StateCorrupt, match=r"^the stored guard state is a int, not JSON or a dict; delete it"):
+        load_state(42)  # type: ignore[arg-type]
+
+
+def test_a_state_as_long_as_the_limit_still_loads() -> None:
+    from repeat_hooks.state import MAX_STATE_CHARS
+
+    text = GuardState().model_dump_json()
+    assert load_state(text + " " * (MAX_STATE_CHARS - len(text))) == GuardState()
+    with pytest.raises(StateCorrupt, match="more than any state the guard writes"):
+        load_state(text + " " * (MAX_STATE_CHARS + 1 - len(text)))

@@ -424,3 +424,64 @@ def test_a_bad_first_line_of_json_lines_is_named_and_the_rest_replayed(
     empty.write_text("")
     assert main(["replay", str(empty)]) == 0
     assert "no records" in capsys.readouterr().err
+
+
+def one_call_per_response(*calls: RecordedCall) -> list[list[RecordedCall]]:
+    return [[c] for c in calls]
+
+
+def test_a_tally_given_is_added_to() -> None:
+    tally = replay(Policy(), [Trajectory("a", [], success=True)])
+    assert replay(Policy(), [Trajectory("b", [], success=False)], tally) is tally
+    assert (tally.trajectories, tally.successful, tally.successful_with_refusal) == (2, 1, 0)
+
+
+def test_a_refusal_is_waste_only_when_that_same_call_returned_the_same_outcome() -> None:
+    turn = one_call_per_response(
+        RecordedCall("search", {"q": 1}, "x"),
+        RecordedCall("lookup", {"q": 1}, "y"),  # another tool, same arguments
+        RecordedCall("search", {"q": 2}, "y"),  # the same tool, other arguments
+        RecordedCall("search", {"q": 1}, "x"),  # refused: the model already read "x" for it
+        RecordedCall("lookup", {"q": 1}, "y", ok=False),  # refused: the same text, but now a failure
+    )
+    tally = replay(Policy(count="per_turn", max_calls=1), [Trajectory("t", [turn], success=True)])
+    assert (tally.refused, tally.waste_prevented, tally.harmful) == (2, 1, 1)
+    assert tally.examples == ["t turn 0: lookup"]
+
+
+def test_a_read_only_hint_in_the_record_reaches_the_policy() -> None:
+    turn = one_call_per_response(
+        RecordedCall("track", {"n": 1}, "x"),
+        RecordedCall("peek", {}, "p", read_only=True),  # changes nothing: the next track is a repeat
+        RecordedCall("track", {"n": 1}, "x"),
+        RecordedCall("peek", {}, "q", read_only=True),
+        RecordedCall("track", {"n": 1}, "x"),
+    )
+    tally = replay(Policy(), [Trajectory("t", [turn])])
+    assert tally.refused == 1 and tally.waste_prevented == 1
+
+
+def test_recorded_failures_are_replayed_as_failures() -> None:
+    turn = one_call_per_response(*(RecordedCall(f"step_{n}", {}, "Error: down", ok=False) for n in range(3)))
+    tally = replay(Policy(max_errors_in_a_row=2, max_cycle_period=None), [Trajectory("t", [turn], success=True)])
+    assert tally.turns_stopped == 1 and tally.successful_with_refusal == 1
+
+
+def test_an_alarm_in_an_earlier_turn_stays_an_alarm() -> None:
+    repeated = one_call_per_response(*[RecordedCall("track", {"n": 1}, "x")] * 3)
+    clean = one_call_per_response(RecordedCall("track", {"n": 1}, "x"))
+    tally = replay(Policy(), [Trajectory("t", [repeated, clean], success=True)])
+    assert tally.refused == 1 and tally.successful_with_refusal == 1
+
+
+def test_responses_without_calls_still_count_as_model_calls() -> None:
+    tally = replay(Policy(max_model_calls=1), [Trajectory("chatty", [[[], []]], success=True)])
+    assert tally.turns_stopped == 1 and tally.successful_with_refusal == 1
+
+
+def test_only_the_first_examples_are_kept() -> None:
+    from repeat_hooks.replay import MAX_EXAMPLES
+
+    turn = one_call_per_response(*(RecordedCall("poll", {}, str(n)) for n in range(MAX_EXAMPLES + 5)))
+    tally = replay(Policy(count="per_turn", max_calls=1, max_refusals=None), [Trajectory("t", [turn])])
+    assert tally.harmful == MAX_EXAMPLES + 4 and len(tally.examples) == MAX_EXAMPLES

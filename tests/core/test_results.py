@@ -272,3 +272,52 @@ def test_a_write_refused_once_stays_a_duplicate_write() -> None:
         assert refusal is not None
         kinds.append(refusal.kind)
     assert kinds == [RefusalKind.DUPLICATE_WRITE] * 3
+
+
+class Point:
+    """An SDK object with a ``repr`` of its own, which pydantic cannot convert."""
+
+    def __init__(self, x: int) -> None:
+        self.x = x
+
+    def __repr__(self) -> str:
+        return f"Point({self.x})"
+
+
+def test_an_object_with_a_repr_of_its_own_is_read_by_its_type_and_repr() -> None:
+    assert model_view({"at": Point(3)}) == {"at": "<Point:Point(3)>"}
+
+
+def test_error_text_prefers_the_message_an_sdk_error_carries() -> None:
+    class APIError(Exception):
+        def __init__(self, message: str) -> None:
+            super().__init__(f"Error code: 429 - {{'error': {{'message': '{message}'}}}}")
+            self.message = message
+
+    assert error_text(APIError("rate limited")) == "APIError: rate limited"
+
+
+@pytest.mark.parametrize(
+    ("ok", "result", "options", "digest"),
+    [
+        (True, "in transit", {}, "346720c23f5eb68b"),
+        (False, "in transit", {}, "b62b69aa5091a5e5"),
+        (True, {"b": [1, 2.5, None, True], "a": "x"}, {}, "fd8f395bf4b9580f"),
+        (True, [{"s": {3, 1}}, b"raw", (1, 2)], {}, "4f9038bad5748ad7"),
+        (
+            True,
+            {"at": datetime.datetime(2026, 1, 2, 3, 4, 5), "id": uuid.UUID(int=7), "n": decimal.Decimal("1.5")},
+            {},
+            "e013639fb6278b99",
+        ),
+        (True, "req 5f0c1d2e-3a4b-4c5d-8e9f-0a1b2c3d4e5f done", {}, "5d86cc637a4c6c2a"),
+        (True, {"a": 1, "ts": 5}, {"ignore": ["ts"]}, "bf7e1aa783b2de12"),
+        (True, "x", {"key": b"k" * 16}, "09ab1e416fc6590d"),
+        (True, "req 5f0c1d2e-3a4b-4c5d-8e9f-0a1b2c3d4e5f", {"mask_volatile": False}, "9815a97e935d1602"),
+    ],
+)
+def test_outcome_digests_are_stable_across_releases(
+    ok: bool, result: Any, options: dict[str, Any], digest: str
+) -> None:
+    # saved states hold these digests: a release that changed them would make every saved call look new
+    assert outcome_digest(ok, result, **options) == digest

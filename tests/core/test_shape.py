@@ -182,3 +182,29 @@ def test_settings_given_to_the_state_or_misspelt_name_the_fix() -> None:
         GuardState(max_calls=2)  # type: ignore[call-arg]
     with pytest.raises(ValidationError, match="max_cals is not a setting; did you mean max_calls"):
         Policy(max_cals=2)  # type: ignore[call-arg]
+
+
+def test_a_batch_with_a_new_turn_id_starts_that_turn() -> None:
+    guard = StopRepeatedCalls(max_calls=2, count="per_turn")
+    track = ToolCall("track", {"parcel": "P1"})
+
+    def response(calls: list[ToolCall], turn_id: str) -> list[object]:
+        assert guard.pre_llm_call() is None
+        guard.post_llm_call()
+        return list(guard.pre_tool_calls(calls, turn_id=turn_id))
+
+    assert response([track, track], "t1") == [None, None]
+    assert response([track], "t2") == [None]  # a new turn: counted afresh
+    assert guard.state.turn.id == "t2"
+    refused = response([track, track], "t2")
+    assert refused[0] is None and refused[1] is not None
+
+
+def test_a_stop_event_kept_without_its_message_is_no_stop() -> None:
+    from repeat_hooks import GuardEvent
+
+    event = GuardEvent(kind="stop", reason=StopReason.MAX_STEPS, tool=None, count=5, limit=5, turn_id="t1", turn=1)
+    assert event.as_stop() is None
+    kept = event.model_copy(update={"message": "Stopped: too many steps."})
+    stop = kept.as_stop()
+    assert stop is not None and (stop.message, stop.reason) == ("Stopped: too many steps.", StopReason.MAX_STEPS)

@@ -59,3 +59,13 @@ async def test_load_is_a_copy_and_update_returns_the_decision() -> None:
     loaded.turn.refusals = 99
     again = await store.load("s")
     assert again is not None and again.turn.refusals == 1
+
+
+def test_the_default_bound_is_1024_sessions() -> None:
+    store = MemoryStore()
+    for n in range(1024):
+        store.update_now(f"s{n}", lambda state: None)
+    assert (len(store), store.evictions) == (1024, 0)
+    store.update_now("s1024", lambda state: None)
+    assert (len(store), store.evictions) == (1024, 1)
+    assert asyncio.run(store.load("s0")) is None  # the least recently used went first
