@@ -101,3 +101,15 @@ async def test_each_run_with_a_session_is_a_new_turn(carrier: Any) -> None:
 
     assert carrier.calls == ["FR-7731"] * 4
     assert state.turn.number == 2 and state.turn.id == "turn-2"
+
+
+def test_a_run_state_context_saved_by_0_1_restores_its_counts() -> None:
+    # 0.1 kept a whole StopRepeatedCalls (settings and counts) as the run context of a paused RunState.
+    import json
+    from pathlib import Path
+
+    from repeat_hooks_openai_agents import context_deserializer
+
+    saved = Path(__file__).resolve().parents[2] / "core" / "data" / "guard_0_1.json"
+    state = context_deserializer(json.loads(saved.read_text()))
+    assert (state.turn.id, state.turn.refusals, state.turn.model_calls) == ("t1", 2, 1)
