@@ -45,7 +45,7 @@ _CANDIDATE = re.compile(r"[0-9a-fA-F][0-9a-fA-F:+.,TZ -]{15,}")
 them (its own scan costs ~100 ns a character; this one a tenth of that), with the same result."""
 
 
-def mask_volatile(text: str) -> str:
+def mask_volatile_tokens(text: str) -> str:
     """``text`` with every ``VOLATILE`` token replaced by ``~``."""
     return _CANDIDATE.sub(_mask_run, text)
 
@@ -140,7 +140,7 @@ def outcome_digest(
     if '"<' in text and _STAND_IN.search(text):
         return UNKNOWN_OUTCOME  # a stand-in for an object canonical_arguments could not write
     if mask_volatile:
-        text = _CANDIDATE.sub(_mask_run, text)
+        text = mask_volatile_tokens(text)
     text = f"{'ok' if ok else 'failed'}\x00{text}"
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8, key=key).hexdigest()
 
