@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, PrivateAttr, SecretBytes, field_serializer, field_validator, model_validator
 
+from . import observe
 from .call import MAX_NAME_CHARS, ToolCall, as_text, batch_call_ids, call_key
 from .decision import GuardEvent, Refusal, RefusalKind, Stop
 from .messages import REFUSAL_MESSAGES, REPEAT_MESSAGES, STOP_MESSAGES, TURN_ENDED, check_template, render
@@ -212,6 +213,8 @@ class Policy(WholeModel):
             turn_id = as_text(turn_id)
         if turn_id is None or turn_id != state.turn.id:
             state.start(turn_id)
+            if observe.OBSERVERS:
+                observe.tell(observe.TurnStarted(_where(state.turn)))
 
     def decide_tool_call(self, state: GuardState, call: ToolCall, *, turn_id: str | None = None) -> Refusal | None:
         """Before a tool runs: decide and count the call; ``None`` lets it run, a ``Refusal`` replaces its result.
@@ -235,6 +238,23 @@ class Policy(WholeModel):
             seen = state.deliveries.get(scoped)
             if seen is not None and seen.tool == name and not seen.settled and seen.key == self._key(call):
                 return self._refusal(seen.tool, seen.number, RefusalKind(seen.why)) if seen.refused else None
+        decision = self._decide(state, turn, call, scoped)
+        if observe.OBSERVERS:
+            observe.tell(
+                observe.ToolCallDecided(
+                    _where(turn),
+                    call,
+                    self._key(call),
+                    decision,
+                    turn.model_seconds / turn.model_calls if turn.model_calls else 0.0,
+                    turn.cost_usd / turn.model_calls if turn.model_calls else 0.0,
+                )
+            )
+        return decision
+
+    def _decide(self, state: GuardState, turn: Turn, call: ToolCall, scoped: str | None) -> Refusal | None:
+        """A call not decided before in this response: decide and count it."""
+        name = call.name
         if name in self.exempt:
             return None
         if turn.stop is not None:
@@ -329,6 +349,12 @@ class Policy(WholeModel):
                     return
                 state.deliveries[scoped] = seen._replace(settled=True)
                 key = seen.key
+        self._record(turn, call, ok, result, key)
+        if observe.OBSERVERS:
+            observe.tell(observe.ToolResultRecorded(_where(turn), call, ok, result))
+
+    def _record(self, turn: Turn, call: ToolCall, ok: bool, result: Any, key: str | None) -> None:
+        """An outcome not recorded before: errors in a row, and with ``count="progress"`` the call's progress."""
         name = call.name
         if ok:
             turn.errors_in_a_row = 0
@@ -400,8 +426,12 @@ class Policy(WholeModel):
                 stop = Stop(message=render(template, tool, value, limit), reason=reason)
                 turn.stop = stop
                 self._event(state, "stop", reason, tool, value, limit, message=stop.message)
+                if observe.OBSERVERS:
+                    observe.tell(observe.ModelCallDecided(_where(turn), stop))
                 return stop
         turn.responses += 1
+        if observe.OBSERVERS:
+            observe.tell(observe.ModelCallDecided(_where(turn), None))
         return None
 
     def record_model_call(
@@ -425,8 +455,11 @@ class Policy(WholeModel):
         if delivery_id is not None and _seen_before(state, delivery_id):
             return
         turn.model_calls += 1
-        turn.model_seconds = min(turn.model_seconds + _amount(seconds, "seconds"), _LARGEST)
-        turn.cost_usd = min(turn.cost_usd + _amount(cost_usd, "cost_usd"), _LARGEST)
+        seconds, cost_usd = _amount(seconds, "seconds"), _amount(cost_usd, "cost_usd")
+        turn.model_seconds = min(turn.model_seconds + seconds, _LARGEST)
+        turn.cost_usd = min(turn.cost_usd + cost_usd, _LARGEST)
+        if observe.OBSERVERS:
+            observe.tell(observe.ModelCallRecorded(_where(turn), seconds, cost_usd))
 
     # -- helpers --------------------------------------------------------------------------------------
 
@@ -655,7 +688,13 @@ def _enter(state: GuardState, turn_id: Any) -> Turn:
         if turn_id != turn.id:
             state.start(turn_id)
             turn = state.turn
+            if observe.OBSERVERS:
+                observe.tell(observe.TurnStarted(_where(turn)))
     return turn
+
+
+def _where(turn: Turn) -> observe.Where:
+    return observe.Where(turn.id, turn.number, turn.responses)
 
 
 def _flag(ok: Any) -> bool:
