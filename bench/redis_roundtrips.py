@@ -14,16 +14,23 @@ Round trips are counted at the socket (each ``send_packed_command`` of redis-py 
 pipeline's commands go in one), and the commands themselves are listed as the server's MONITOR saw
 them (commands run inside the Lua scripts left out). Latency:
 rounds of N decisions per scenario, interleaved, for a small state and for a full one (256 remembered
-deliveries, ~25 KB of JSON); the figures are medians over rounds, and the ratio is the median of the
-per-round ratios to the baseline, so a noisy machine moves both sides alike.
+deliveries, the most a state keeps; ~20 KB of JSON); the figures are medians over rounds, and the ratio is the
+median of the per-round ratios to the baseline, so a noisy machine moves both sides alike.
 
-    .venv/bin/python bench/redis_roundtrips.py
+``--against REV`` then measures this tree against the core of git revision ``REV`` (its ``src/repeat_hooks``
+imported as ``repeat_hooks_base``), the same decisions through each one's ``RedisStore``, interleaved rounds
+in one process: what a change costs per decision, without trusting two runs on a busy machine.
+
+    .venv/bin/python bench/redis_roundtrips.py [--against HEAD]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import importlib
+import io
 import os
 import shutil
 import signal
@@ -31,11 +38,14 @@ import socket
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from redis.asyncio import Connection, Redis
@@ -273,12 +283,87 @@ async def measure(url: str, size: str, with_ids: bool) -> None:
         await scenario.close()
 
 
+def base_core(revision: str, directory: str) -> ModuleType:
+    """The core of git revision ``revision``, imported as ``repeat_hooks_base`` (from ``directory``)."""
+    root = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", revision, "src/repeat_hooks"], capture_output=True, check=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(directory, filter="data")
+    os.rename(os.path.join(directory, "src", "repeat_hooks"), os.path.join(directory, "repeat_hooks_base"))
+    sys.path.insert(0, directory)
+    importlib.import_module("repeat_hooks_base.redis")
+    return importlib.import_module("repeat_hooks_base")
+
+
+def core_run(core: Any, store: Any) -> Callable[[int, int, bool], Any]:
+    """``run(first, count, with_ids)``: the decisions of ``Scenario.run``, through ``core``'s policy and ``store``."""
+    policy = core.Policy(max_calls=1000)
+
+    async def run(first: int, count: int, with_ids: bool) -> None:
+        for index in range(first, first + count):
+            call = core.ToolCall(f"tool{index % 5}", {"q": index % 40}, call_id=f"c{index}" if with_ids else None)
+            await store(index).update("s", lambda state, call=call: policy.decide_tool_call(state, call))
+
+    return run
+
+
+async def compare(url: str, size: str, with_ids: bool, revision: str, base: ModuleType) -> None:
+    """This tree's ``RedisStore`` against ``base``'s, three layouts, interleaved rounds; prints the ratios."""
+    layouts = {
+        "RedisStore": {},
+        "RedisStore, 2 stores alternating": {"n": 2},
+        "RedisStore, cache_size=0": {"cache_size": 0},
+    }
+    cores = {revision: base, "this tree": sys.modules["repeat_hooks"]}
+    runs: dict[tuple[str, str], Callable[[int, int, bool], Any]] = {}
+    stores: list[Any] = []
+    for layout, options in layouts.items():
+        for label, core in cores.items():
+            count = int(options.get("n", 1))
+            made = [
+                core.redis.RedisStore.from_url(
+                    url, prefix=f"vs-{size}-{label}-{layout}:", ttl=TTL, cache_size=options.get("cache_size", 1024)
+                )
+                for _ in range(count)
+            ]
+            stores += made
+            runs[layout, label] = core_run(core, lambda index, made=made: made[index % len(made)])
+    for run in runs.values():
+        await run(0, 300, with_ids)
+    micros: dict[tuple[str, str], list[float]] = {key: [] for key in runs}
+    first = 2000
+    rounds, decisions = 4 * ROUNDS, DECISIONS // 2  # shorter rounds, more of them: steadier medians
+    for round_ in range(rounds):
+        for key in list(runs) if round_ % 2 == 0 else list(runs)[::-1]:
+            started = time.perf_counter()
+            await runs[key](first, decisions, with_ids)
+            micros[key].append((time.perf_counter() - started) / decisions * 1e6)
+            first += decisions
+    print(f"\n{size} state: this tree against {revision}, {rounds} rounds x {decisions} decisions, interleaved")
+    print(f"{'scenario':36} {revision + ' us':>12} {'this tree us':>13} {'ratio':>7}")
+    for layout in layouts:
+        then, now = micros[layout, revision], micros[layout, "this tree"]
+        ratio = statistics.median(b / a for a, b in zip(then, now, strict=True))
+        print(f"{layout:36} {statistics.median(then):12.0f} {statistics.median(now):13.0f} {ratio:6.2f}x")
+    for store in stores:
+        await store.aclose()
+
+
 async def main() -> None:
-    with redis_server() as port:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--against", metavar="REV", help="also measure this tree against git revision REV's core")
+    revision = parser.parse_args().against
+    with redis_server() as port, tempfile.TemporaryDirectory() as directory:
         url = f"redis://127.0.0.1:{port}/0"
         print(f"redis-server on 127.0.0.1:{port}; Python {sys.version.split()[0]}")
         await measure(url, "small", with_ids=False)
         await measure(url, "full", with_ids=True)
+        if revision is not None:
+            base = base_core(revision, directory)
+            await compare(url, "small", False, revision, base)
+            await compare(url, "full", True, revision, base)
 
 
 if __name__ == "__main__":

@@ -182,7 +182,7 @@ def main() -> int:
     try:
         with processes.Processes(directory) as running:
             redis_url = processes.start_redis(running)
-            say(f"redis-server:             {redis_url}")
+            say(f"redis-server:             {redis_url} ({processes.redis_server_binary()})")
             temporal = processes.start_temporal(running)
             say(f"Temporal dev server:      {temporal} (namespace {processes.NAMESPACE})")
             standin = processes.start_standin(running, temporal, events)

@@ -20,6 +20,11 @@ values (``ToolCall.arguments``, ``ToolResultRecorded.result``): whatever it writ
 responsibility. The library's observers (``repeat_hooks.otel``, ``repeat_hooks.recording``) write digests
 and tool names only. An observer that raises is logged and skipped: it never breaks the agent.
 
+Observers run in the hook call, on its thread (the event loop's, in async SDKs): keep them quick. Through
+``RedisStore`` they hear a decision once its state is written, after the compare-and-set that kept it (an
+attempt that lost to another writer is decided again, and only the kept one is heard); a store's writer
+task runs them, in the context of the session's first waiting caller.
+
 Adapters say which conversation and agent a hook call is for with ``scope(...)``; observers read it with
 ``current_scope()`` (the OpenTelemetry observer puts it on ``gen_ai.conversation.id`` / ``gen_ai.agent.name``).
 """
@@ -34,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .call import ToolCall
-from .decision import Refusal, Stop
+from .decision import GuardEvent, Refusal, Stop
 
 logger = logging.getLogger("repeat_hooks")
 
@@ -68,6 +73,9 @@ class ToolCallDecided:
     """The call's digest, as the policy counts it (its settings applied: ``match``, ``ignore_arguments``)."""
     refusal: Refusal | None
     """``None``: the call may run; else the refusal the model gets instead of a result."""
+    event: GuardEvent | None
+    """The refusal's event (its count and limit), as kept in the state; ``None`` when allowed, or when the
+    call was refused because the turn had already stopped (that stop has its event)."""
     model_seconds: float
     """The turn's average seconds per model call so far (0 before the first): what a refusal may save."""
     model_cost_usd: float
@@ -93,6 +101,8 @@ class ModelCallDecided:
 
     where: Where
     stop: Stop | None
+    event: GuardEvent | None
+    """The stop's event (the tool that tripped it, its count and limit); ``None`` when the call may happen."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,17 +137,64 @@ def add_observer(observer: Observer) -> Callable[[], None]:
     def remove() -> None:
         """Stop ``observer`` hearing the guard; removing it twice is harmless."""
         OBSERVERS[:] = [other for other in OBSERVERS if other != observer]
+        _FAILED.discard(id(observer))
 
     return remove
 
 
+class _Held:
+    """The observations a ``held()`` block keeps; ``open`` turns ``False`` when the block ends (a task the block
+    started keeps the context, and tells its later observations as usual)."""
+
+    __slots__ = ("kept", "open")
+
+    def __init__(self) -> None:
+        self.kept: list[Observation] = []
+        self.open = True
+
+
+_HELD: ContextVar[_Held | None] = ContextVar("repeat_hooks_held", default=None)
+_FAILED: set[int] = set()
+"""The ids of observers that raised already: their later failures are logged without a traceback."""
+
+
 def tell(observation: Observation) -> None:
-    """Hand ``observation`` to every observer; one that raises is logged and skipped."""
+    """Hand ``observation`` to every observer (one that raises is logged and skipped: with its traceback the
+    first time, in one line after), or keep it while a ``held()`` block is open in this context."""
+    held = _HELD.get()
+    if held is not None and held.open:
+        held.kept.append(observation)
+        return
     for observer in tuple(OBSERVERS):
         try:
             observer(observation)
-        except Exception:
-            logger.exception("repeat_hooks observer %r failed; the decision stands", observer)
+        except Exception as error:
+            if id(observer) in _FAILED:
+                logger.error("repeat_hooks observer %r failed again (%r); the decision stands", observer, error)
+            else:
+                _FAILED.add(id(observer))
+                logger.exception("repeat_hooks observer %r failed; the decision stands", observer)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[list[Observation]]:
+    """Hold the observations made in the block instead of telling them: for code that decides on a copy
+    it may throw away. A store retrying a change after losing a race clears the list before each attempt and
+    tells what the winning attempt held (``tell_all``) once it is committed; an adapter rebuilding a state
+    from the SDK's history (decisions already told when first made) drops them."""
+    held = _Held()
+    token = _HELD.set(held)
+    try:
+        yield held.kept
+    finally:
+        held.open = False
+        _HELD.reset(token)
+
+
+def tell_all(observations: list[Observation]) -> None:
+    """Tell ``observations``, in order (what a ``held()`` block kept)."""
+    for observation in observations:
+        tell(observation)
 
 
 @dataclass(frozen=True, slots=True)

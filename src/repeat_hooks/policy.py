@@ -17,6 +17,7 @@ import logging
 import math
 import sys
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Annotated, Any, Literal
 
@@ -238,7 +239,7 @@ class Policy(WholeModel):
             seen = state.deliveries.get(scoped)
             if seen is not None and seen.tool == name and not seen.settled and seen.key == self._key(call):
                 return self._refusal(seen.tool, seen.number, RefusalKind(seen.why)) if seen.refused else None
-        decision = self._decide(state, turn, call, scoped)
+        decision, event = self._decide(state, turn, call, scoped)
         if observe.OBSERVERS:
             observe.tell(
                 observe.ToolCallDecided(
@@ -246,26 +247,29 @@ class Policy(WholeModel):
                     call,
                     self._key(call),
                     decision,
+                    event,
                     turn.model_seconds / turn.model_calls if turn.model_calls else 0.0,
                     turn.cost_usd / turn.model_calls if turn.model_calls else 0.0,
                 )
             )
         return decision
 
-    def _decide(self, state: GuardState, turn: Turn, call: ToolCall, scoped: str | None) -> Refusal | None:
-        """A call not decided before in this response: decide and count it."""
+    def _decide(
+        self, state: GuardState, turn: Turn, call: ToolCall, scoped: str | None
+    ) -> tuple[Refusal | None, GuardEvent | None]:
+        """A call not decided before in this response: decide and count it; the refusal's event, if any."""
         name = call.name
         if name in self.exempt:
-            return None
+            return None, None
         if turn.stop is not None:
             reason = turn.stop.reason
             refusal = Refusal(
                 message=TURN_ENDED.format(reason=reason.value), reason=reason, kind=RefusalKind.TURN_ENDED
             )
-            return refusal
+            return refusal, None
         limit = self.limits.get(name, self.max_calls)
         if limit is None:
-            return None
+            return None, None
         key = self._key(call)
         if self.count == "per_turn":
             count = self._count(turn, key, restart=False)
@@ -280,17 +284,18 @@ class Policy(WholeModel):
             if period is not None:
                 refused, kind, count = True, RefusalKind.CYCLE, period
         if scoped is not None:
-            delivery = Delivery(tool=name, key=key, number=count, refused=refused, settled=False, why=kind.value)
+            why = kind.value if refused else ""
+            delivery = Delivery(tool=name, key=key, number=count, refused=refused, settled=False, why=why)
             state.remember(scoped, delivery)
         if not refused:
-            return None
+            return None, None
         turn.refusals += 1
         if turn.refused_in != turn.responses:
             turn.refused_in = turn.responses
             turn.refused_responses += 1
         turn.last_refused = name
-        self._event(state, "refusal", StopReason.REPEATED_CALL, name, count, limit, refusal=kind)
-        return self._refusal(name, count, kind)
+        event = self._event(state, "refusal", StopReason.REPEATED_CALL, name, count, limit, refusal=kind)
+        return self._refusal(name, count, kind), event
 
     def decide_tool_calls(
         self, state: GuardState, calls: Sequence[ToolCall], *, turn_id: str | None = None
@@ -305,13 +310,23 @@ class Policy(WholeModel):
         turn = _enter(state, turn_id)
         ids = batch_call_ids(calls)
         turn.batch = -1  # decided afresh, not looked up in an earlier batch of this response
-        decisions = [
-            Policy.decide_tool_call(
-                self, state, call if ident and call.call_id == ident else replace(call, call_id=ident or f"#{index}")
-            )
+        batch = [
+            (call, call if ident and call.call_id == ident else replace(call, call_id=ident or f"#{index}"))
             for index, (call, ident) in enumerate(zip(calls, ids, strict=True))
         ]
+        with observe.held() if observe.OBSERVERS else nullcontext() as kept:
+            decisions = [Policy.decide_tool_call(self, state, decided) for _, decided in batch]
         turn.batch = turn.responses
+        if kept:  # observers hear the calls as the model gave them, not with the ids that told them apart
+            given = {decided.call_id: call for call, decided in batch}
+            observe.tell_all(
+                [
+                    replace(seen, call=given.get(seen.call.call_id, seen.call))
+                    if isinstance(seen, observe.ToolCallDecided)
+                    else seen
+                    for seen in kept
+                ]
+            )
         return decisions
 
     def record_tool_result(
@@ -382,6 +397,8 @@ class Policy(WholeModel):
         Found by its ``call_id`` in this response (as its decision saw it); without an id, one call of its key
         is taken back. A refused call, or one whose outcome was recorded, is left as it is.
         """
+        if (state.key_id is not None or self.digest_key is not None) and state.key_id != self._secret_id:
+            self._adopt_key(state)
         turn = _enter(state, turn_id)
         scoped = _scoped(turn, call.call_id)
         key: str | None = None
@@ -425,13 +442,13 @@ class Policy(WholeModel):
                 template = self.stop_messages.get(reason, STOP_MESSAGES[reason])
                 stop = Stop(message=render(template, tool, value, limit), reason=reason)
                 turn.stop = stop
-                self._event(state, "stop", reason, tool, value, limit, message=stop.message)
+                event = self._event(state, "stop", reason, tool, value, limit, message=stop.message)
                 if observe.OBSERVERS:
-                    observe.tell(observe.ModelCallDecided(_where(turn), stop))
+                    observe.tell(observe.ModelCallDecided(_where(turn), stop, event))
                 return stop
-        turn.responses += 1
+        state.next_response()
         if observe.OBSERVERS:
-            observe.tell(observe.ModelCallDecided(_where(turn), None))
+            observe.tell(observe.ModelCallDecided(_where(turn), None, None))
         return None
 
     def record_model_call(
@@ -471,11 +488,12 @@ class Policy(WholeModel):
         ident = call.call_id or ""
         key = self._key(call)
         first: Delivery | None = None
-        for stored, seen in state.deliveries.items():
-            if seen.key != key or seen.tool != call.name or not stored.endswith(scope):
-                continue
+        for stored in state.deliveries:  # by id first: only the few deliveries of this id are read
             head = stored[: -len(scope)]
-            if head != ident and not head.startswith(f"{ident}#"):
+            if not stored.endswith(scope) or (head != ident and not head.startswith(f"{ident}#")):
+                continue
+            seen = state.deliveries[stored]
+            if seen.key != key or seen.tool != call.name:
                 continue
             if first is None:
                 first = seen
@@ -651,21 +669,20 @@ class Policy(WholeModel):
         *,
         message: str | None = None,
         refusal: RefusalKind | None = None,
-    ) -> None:
+    ) -> GuardEvent:
         turn = state.turn
-        state.record(
-            GuardEvent(
-                kind=kind,
-                reason=reason,
-                tool=tool,
-                count=count,
-                limit=limit,
-                turn_id=turn.id,
-                turn=turn.number,
-                message=message,
-                refusal=refusal,
-            )
+        event = GuardEvent(
+            kind=kind,
+            reason=reason,
+            tool=tool,
+            count=count,
+            limit=limit,
+            turn_id=turn.id,
+            turn=turn.number,
+            message=message,
+            refusal=refusal,
         )
+        state.record(event)
         log = logger.info if kind == "refusal" else logger.warning
         log(
             "repeat_hooks %s: %s tool=%s count=%s limit=%s turn=%s%s",
@@ -677,6 +694,7 @@ class Policy(WholeModel):
             turn.id if turn.id is not None else turn.number,
             f" rule={refusal.value}" if refusal is not None else "",
         )
+        return event
 
 
 def _enter(state: GuardState, turn_id: Any) -> Turn:

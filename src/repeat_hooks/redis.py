@@ -54,6 +54,7 @@ except ImportError as error:  # pragma: no cover - exercised in a subprocess by 
     ) from error
 
 
+from . import observe
 from .state import GuardState, load_state
 from .store import StateCorrupt, StoreContention, StoreUnavailable
 
@@ -319,7 +320,7 @@ class RedisStore:
         for _ in range(self.max_attempts):
             if owner:  # wait for our turn: ask for the lease until we hold it, then decide once
                 token, raw = await self._take_lease(name, owner, deadline)
-            new_raw, outcomes = self._apply(name, raw, changes)
+            new_raw, outcomes, heard = self._apply(name, raw, changes)
             if new_raw is None:  # every change raised: nothing to write
                 return outcomes
             new_token = secrets.token_hex(8)
@@ -327,11 +328,13 @@ class RedisStore:
             code = int(reply[0])
             if code == 1:
                 self._remember(name, new_token, new_raw, shared)
+                observe.tell_all(heard)  # what the committed attempt decided; a lost attempt's is dropped
                 return outcomes
             if code == 0:
                 token, raw = _text(reply[1]), _text(reply[2])
                 if token == new_token:  # our write landed; the client resent it after losing the reply
                     self._remember(name, new_token, new_raw, shared)
+                    observe.tell_all(heard)
                     return outcomes
                 self.conflicts += 1
                 shared = True
@@ -344,8 +347,10 @@ class RedisStore:
 
     def _apply(
         self, name: str, raw: str, changes: list[Callable[[GuardState], Any]]
-    ) -> tuple[str | None, list[tuple[bool, Any]]]:
-        """Run ``changes`` in order on the state in ``raw``; return the new state JSON and the outcomes.
+    ) -> tuple[str | None, list[tuple[bool, Any]], list[observe.Observation]]:
+        """Run ``changes`` in order on the state in ``raw``; return the new state JSON, the outcomes, and what
+        observers are to hear once the state is written (``observe.held``: an attempt that loses its
+        compare-and-set is not heard).
 
         A change that raises is left out (its outcome is the exception) and the others run again from
         ``raw``, so its half-made changes are not written. The JSON is ``None`` if every change raised.
@@ -354,17 +359,18 @@ class RedisStore:
         while True:
             state = self._parse(name, raw)
             outcomes: list[tuple[bool, Any]] = []
-            for index, change in enumerate(changes):
-                if index in failed:
-                    outcomes.append((False, failed[index]))
-                    continue
-                try:
-                    outcomes.append((True, change(state)))
-                except Exception as error:
-                    failed[index] = error
-                    break
-            else:
-                return (None if len(failed) == len(changes) else state.model_dump_json()), outcomes
+            with observe.held() as heard:
+                for index, change in enumerate(changes):
+                    if index in failed:
+                        outcomes.append((False, failed[index]))
+                        continue
+                    try:
+                        outcomes.append((True, change(state)))
+                    except Exception as error:
+                        failed[index] = error
+                        break
+                else:
+                    return (None if len(failed) == len(changes) else state.model_dump_json()), outcomes, heard
 
     async def _take_lease(self, name: str, owner: str, deadline: float) -> tuple[str, str]:
         """Ask for the lease of ``name`` until ``owner`` holds it; return the state to decide on.

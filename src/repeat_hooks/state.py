@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Annotated, Any, NamedTuple
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, GetCoreSchemaHandler, TypeAdapter, ValidationError, model_validator
+from pydantic_core import CoreSchema, core_schema
 
-from .decision import GuardEvent, Stop
+from .call import MAX_NAME_CHARS
+from .decision import GuardEvent, RefusalKind, Stop
 from .store_errors import StateCorrupt
 from .turn import Turn
 from .whole import WholeModel
 
-MAX_DELIVERIES = 64
-"""Delivery ids remembered for idempotency (oldest forgotten first)."""
+MAX_DELIVERIES = 256
+"""The most delivery ids a state keeps (a hard cap; a stored state with more is refused). Every id seen in the
+current model response is kept while it is current, up to this cap (past it, the oldest are forgotten first)."""
+RECENT_DELIVERIES = 64
+"""Outcome and model-call delivery ids kept from earlier responses and turns (the newest first). A call's own
+id is scoped to its response (``<call id>@<turn>.<response>``) and can never match once the response is over."""
 MAX_EVENTS = 64
 """Refusal and stop events kept (oldest dropped first)."""
 MAX_STATE_CHARS = 16_000_000
@@ -39,6 +46,110 @@ class Delivery(NamedTuple):
 SEEN = Delivery(tool="", key="", number=0, refused=False, settled=True)
 """What the ``delivery_id`` of an outcome or a model call is remembered as: only that it was seen matters."""
 
+_WHY = "|".join(["", *(kind.value for kind in RefusalKind)])
+_PACKED = "(?s)^[0-7]-?[0-9]{1,19}:(" + _WHY + "):[0-9a-f]{0,64}:.*$"
+"""A delivery as it is stored: ``<flags><number>:<why>:<key>:<tool>``, flags 1 refused, 2 settled, 4 taken."""
+_AS_DELIVERY: TypeAdapter[Delivery] = TypeAdapter(Delivery)
+
+
+def _pack(delivery: Delivery) -> str:
+    flags = delivery.refused + 2 * delivery.settled + 4 * delivery.taken
+    return f"{flags}{delivery.number}:{delivery.why}:{delivery.key}:{delivery.tool}"
+
+
+def _unpack(text: str) -> Delivery:
+    head, why, key, tool = text.split(":", 3)
+    flags = ord(head[0]) - 48
+    return Delivery(
+        tool=tool, key=key, number=int(head[1:]), refused=bool(flags & 1), settled=bool(flags & 2), why=why,
+        taken=bool(flags & 4),
+    )  # fmt: skip
+
+
+def _packed_texts(deliveries: Deliveries) -> dict[str, str]:
+    return deliveries._packed
+
+
+class Deliveries(MutableMapping[str, Delivery]):
+    """Delivery id -> ``Delivery``, oldest first, at most ``MAX_DELIVERIES``: a dict whose values are kept (and
+    stored) as short texts and read back as ``Delivery`` one at a time, so that loading a state with hundreds
+    of them costs what a state with a few did (a full state is parsed on every update through a store).
+
+    Loads the lists that earlier states stored (``[tool, key, number, refused, settled, why, taken]``) too.
+    """
+
+    def __init__(self, deliveries: Mapping[str, Delivery] | None = None) -> None:
+        self._packed: dict[str, str] = {}
+        if deliveries:
+            self.update(deliveries)
+
+    def __getitem__(self, delivery_id: str) -> Delivery:
+        return _unpack(self._packed[delivery_id])
+
+    def __setitem__(self, delivery_id: str, delivery: Delivery) -> None:
+        self._packed[delivery_id] = _pack(delivery)
+
+    def __delitem__(self, delivery_id: str) -> None:
+        del self._packed[delivery_id]
+
+    def __contains__(self, delivery_id: object) -> bool:
+        return delivery_id in self._packed
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._packed)
+
+    def __len__(self) -> int:
+        return len(self._packed)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Deliveries):
+            return self._packed == other._packed
+        return isinstance(other, Mapping) and dict(self.items()) == dict(other.items())
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return f"Deliveries({dict(self.items())!r})"
+
+    def forget_calls(self, keep: int) -> None:
+        """Forget every call's delivery (one with a key), and all but the newest ``keep`` others (``SEEN``)."""
+        packed = self._packed
+        seen = [ident for ident, text in packed.items() if text.split(":", 3)[2] == ""][-keep:] if keep else []
+        if len(seen) < len(packed):
+            kept = {ident: packed[ident] for ident in seen}
+            packed.clear()
+            packed.update(kept)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        """Stored: ``{delivery id: packed text}`` (each text checked whole), or the lists of earlier states."""
+        text = core_schema.str_schema(pattern=_PACKED, max_length=MAX_NAME_CHARS + 128)
+        stored = core_schema.dict_schema(
+            core_schema.str_schema(max_length=4 * MAX_NAME_CHARS), text, max_length=MAX_DELIVERIES
+        )
+        return core_schema.no_info_wrap_validator_function(
+            cls._validate,
+            stored,
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                _packed_texts, return_schema=core_schema.dict_schema(core_schema.str_schema(), core_schema.str_schema())
+            ),
+        )
+
+    @classmethod
+    def _validate(cls, stored: Any, check: core_schema.ValidatorFunctionWrapHandler) -> Deliveries:
+        """A ``Deliveries`` as it is; else the stored texts checked whole (earlier states' lists packed first)."""
+        if isinstance(stored, Deliveries):
+            return stored
+        if isinstance(stored, dict) and stored and type(next(iter(stored.values()))) is not str:
+            stored = {
+                ident: value if type(value) is str else _pack(_AS_DELIVERY.validate_python(value))
+                for ident, value in stored.items()
+            }
+        deliveries = cls()
+        deliveries._packed = check(stored)
+        return deliveries
+
+
 _TURN_FIELDS = frozenset(Turn.model_fields) - {"id", "number"}
 _SETTINGS = frozenset(
     {"max_calls", "match", "count", "limits", "exempt", "read_only", "max_refusals", "max_model_calls"}
@@ -59,8 +170,10 @@ class GuardState(WholeModel):
 
     turn: Turn = Field(default_factory=Turn)
     """The current turn's counters (a fresh ``Turn`` at every new turn)."""
-    deliveries: dict[str, Delivery] = Field(default_factory=dict, max_length=MAX_DELIVERIES)
-    """Recently decided delivery ids (at most ``MAX_DELIVERIES``), across turns."""
+    deliveries: Deliveries = Field(default_factory=Deliveries)
+    """Delivery ids decided or recorded, oldest first: every one of the current model response (the work in
+    flight: its calls' decisions and outcomes, its model call), up to ``MAX_DELIVERIES``, and the last
+    ``RECENT_DELIVERIES`` outcome and model-call ids of earlier responses."""
     events: list[GuardEvent] = Field(default_factory=list, max_length=MAX_EVENTS)
     """The last ``MAX_EVENTS`` refusals and stops, across turns."""
     key_id: Annotated[str, Field(max_length=8)] | None = None
@@ -92,8 +205,20 @@ class GuardState(WholeModel):
         return data
 
     def start(self, turn_id: str | None) -> None:
-        """Start turn ``turn_id``: a fresh ``Turn``; deliveries and events are kept."""
+        """Start turn ``turn_id``: a fresh ``Turn``; events are kept, and deliveries as at a new response."""
         self.turn = Turn(id=turn_id, number=self.turn.number + 1)
+        self._end_response()
+
+    def next_response(self) -> None:
+        """The model's next response begins (a model call was let through): number it, and forget the
+        deliveries that can no longer match (the past response's call ids; outcome and model-call ids past
+        the newest ``RECENT_DELIVERIES``)."""
+        self.turn.responses += 1
+        self._end_response()
+
+    def _end_response(self) -> None:
+        if self.deliveries:
+            self.deliveries.forget_calls(keep=RECENT_DELIVERIES)
 
     def stop_of(self, turn_id: str) -> Stop | None:
         """How turn ``turn_id`` was stopped, from the kept events; ``None`` if it was not (or is forgotten)."""
@@ -106,7 +231,8 @@ class GuardState(WholeModel):
         return None
 
     def remember(self, delivery_id: str, delivery: Delivery) -> None:
-        """Keep ``delivery`` under ``delivery_id``, forgetting the oldest past ``MAX_DELIVERIES``."""
+        """Keep ``delivery`` under ``delivery_id`` (a call's is scoped to its response; an outcome's or a model
+        call's is ``SEEN``), forgetting the oldest past ``MAX_DELIVERIES``."""
         deliveries = self.deliveries
         deliveries[delivery_id] = delivery
         if len(deliveries) > MAX_DELIVERIES:

@@ -3,6 +3,11 @@
 A store does one thing: an atomic read-modify-write of one session's state, by key. Adapters call the
 policy's rules inside ``update``, so two hook calls of one session never interleave their counts,
 whichever task, thread or process runs them.
+
+A store takes no digest key: it keeps the JSON the policy wrote (digests, tool names, ids) and never makes a
+digest itself. ``Policy(digest_key=...)`` keys the digests, and the state keeps the key's 4-byte fingerprint:
+a worker whose policy has another key, or none, raises ``GuardSetupError`` naming ``digest_key`` on the first
+update of a session whose state holds a digest, and writes nothing.
 """
 
 from __future__ import annotations

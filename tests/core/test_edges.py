@@ -418,9 +418,10 @@ def _states_holding_digests() -> list[GuardState]:
     policy = Policy(count_failures=False)
     policy.decide_tool_call(failed, track)
     policy.record_tool_result(failed, track, ok=False, result="boom")
-    remembered = GuardState()  # only a call id remembered from the turn before
-    Policy().decide_tool_call(remembered, ToolCall("track", {"n": 1}, call_id="c1"), turn_id="t1")
-    Policy().decide_model_call(remembered, turn_id="t2")
+    remembered = GuardState()  # only a withdrawn call's delivery holds its digest
+    withdrawn = ToolCall("track", {"n": 1}, call_id="c1")
+    Policy(count="per_turn").decide_tool_call(remembered, withdrawn, turn_id="t1")
+    Policy(count="per_turn").withdraw_tool_call(remembered, withdrawn, turn_id="t1")
     return [counted, failed, remembered]
 
 

@@ -229,3 +229,33 @@ def test_odd_dict_keys_get_a_stable_text() -> None:
     assert canonical_arguments({frozenset({2, 1}): "x"}) == canonical_arguments({frozenset({1, 2}): "x"})
     assert canonical_arguments({frozenset({2, 1}): "x"}) == '{"[1,2]":"x"}'
     assert canonical_arguments({b"id": 1}) == '{"id":1}'  # bytes keys were quoted twice
+
+
+def test_a_withdrawal_under_another_digest_key_is_refused_loudly() -> None:
+    # It used to compute the call's key under the wrong key, find nothing, and leave the count as it was.
+    from repeat_hooks import GuardSetupError, GuardState, Policy
+
+    keyed, plain = Policy(digest_key="a secret of sixteen+ chars"), Policy()
+    call = ToolCall("place_order", {"sku": "H-1"}, call_id="c1")
+    state = GuardState()
+    assert keyed.decide_tool_call(state, call) is None
+    with pytest.raises(GuardSetupError, match=r"^this conversation's state was written under another digest_key"):
+        plain.withdraw_tool_call(state, call)
+    assert list(state.turn.counts.values()) == [1]
+    keyed.withdraw_tool_call(state, call)
+    assert state.turn.counts == {}
+
+
+def test_a_state_holding_only_a_call_s_delivery_is_still_keyed() -> None:
+    # A withdrawn call leaves no count, but its delivery keeps the call's digest: a state under no key and a
+    # policy with one do not mix, whatever part of the state holds the digest.
+    from repeat_hooks import GuardSetupError, GuardState, Policy
+
+    plain = Policy(count="per_turn")
+    state = GuardState()
+    call = ToolCall("track", {"n": 1}, call_id="c1")
+    plain.decide_tool_call(state, call, turn_id="t1")
+    plain.withdraw_tool_call(state, call, turn_id="t1")
+    assert state.turn.counts == {} and state.deliveries["c1@1.0"].key == call_key("track", {"n": 1})
+    with pytest.raises(GuardSetupError, match="written under no digest_key, and this policy has this digest_key"):
+        Policy(digest_key="a secret of sixteen+ chars").decide_tool_call(state, call, turn_id="t1")

@@ -112,3 +112,64 @@ def test_scope_names_the_conversation_and_agent_and_nests() -> None:
             assert (current_scope().conversation_id, current_scope().agent_name) == ("c-1", "helper")
         assert current_scope().agent_name == "tracker"
     assert current_scope().agent_name is None
+
+
+def test_a_batch_is_heard_with_the_ids_the_model_gave() -> None:
+    """``decide_tool_calls`` tells calls of one response apart by position (``#1``, ``c#1``); observers hear
+    the calls as the model gave them."""
+    seen: list[Observation] = []
+    remove = add_observer(seen.append)
+    try:
+        policy, state = Policy(), GuardState()
+        policy.decide_model_call(state)
+        calls = [
+            ToolCall(name="track", arguments={"id": "A"}, call_id="c#1"),
+            ToolCall(name="track", arguments={"id": "B"}, call_id="c#1"),
+            ToolCall(name="track", arguments={"id": "C"}),
+        ]
+        policy.decide_tool_calls(state, calls)
+    finally:
+        remove()
+    decided = [observation.call for observation in seen if isinstance(observation, ToolCallDecided)]
+    assert decided == calls
+
+
+async def test_a_task_started_in_a_held_block_tells_what_it_decides_after_the_block() -> None:
+    import asyncio
+
+    from repeat_hooks.observe import held
+
+    seen: list[Observation] = []
+    remove = add_observer(seen.append)
+    go = asyncio.Event()
+    policy, state = Policy(), GuardState()
+
+    async def later() -> None:
+        await go.wait()
+        policy.start_turn(state, turn_id="after")
+
+    try:
+        with held() as kept:
+            policy.start_turn(state, turn_id="inside")
+            task = asyncio.create_task(later())
+        go.set()
+        await task
+    finally:
+        remove()
+    assert [o.where.turn_id for o in kept if isinstance(o, TurnStarted)] == ["inside"]
+    assert [o.where.turn_id for o in seen if isinstance(o, TurnStarted)] == ["after"]
+
+
+def test_an_observer_that_keeps_failing_logs_one_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(seen: Observation) -> None:
+        raise RuntimeError("exporter down")
+
+    remove = add_observer(broken)
+    try:
+        with caplog.at_level(logging.ERROR, logger="repeat_hooks"):
+            _loop(Policy(max_calls=2, max_refusals=1), GuardState())
+    finally:
+        remove()
+    failures = [record for record in caplog.records if "observer" in record.getMessage()]
+    assert len(failures) > 2
+    assert [record.exc_info is not None for record in failures] == [True] + [False] * (len(failures) - 1)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repeat_hooks import StopRepeatedCalls, ToolCall
+from repeat_hooks import StopRepeatedCalls, ToolCall, call_key
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
@@ -109,3 +110,43 @@ def test_a_dump_that_excludes_unset_fields_still_keeps_the_counters() -> None:
     assert restored == guard and restored.state.turn.refusals == 1 and restored.policy.match == "tool"
     fresh = StopRepeatedCalls.model_validate_json(StopRepeatedCalls().model_dump_json(exclude_unset=True))
     assert fresh == StopRepeatedCalls()
+
+
+def test_deliveries_saved_as_lists_by_earlier_builds_load_and_decide_the_same() -> None:
+    from repeat_hooks import GuardState, Policy
+    from repeat_hooks.state import Delivery
+
+    policy = Policy(max_calls=1)
+    state = GuardState()
+    first = ToolCall("track", {"n": 1}, call_id="c1")
+    assert policy.decide_tool_call(state, first, turn_id="t1") is None
+    refused = policy.decide_tool_call(state, ToolCall("track", {"n": 1}, call_id="c:2"), turn_id="t1")
+    policy.record_model_call(state, turn_id="t1", delivery_id="model:1")
+    saved = state.model_dump(mode="json")
+    assert saved["deliveries"] == {
+        "c1@1.0": f"01::{call_key('track', {'n': 1})}:track",  # flags, number, rule (if refused), key, tool
+        "c:2@1.0": f"12:repeat:{call_key('track', {'n': 1})}:track",
+        "model:1": "20:::",
+    }
+    earlier = {**saved, "deliveries": {ident: list(delivery) for ident, delivery in state.deliveries.items()}}
+    assert earlier["deliveries"]["c:2@1.0"] == ["track", call_key("track", {"n": 1}), 2, True, False, "repeat", False]
+    loaded = GuardState.model_validate_json(json.dumps(earlier))
+    assert loaded == state and loaded.model_dump_json() == state.model_dump_json()
+    assert loaded.deliveries["c:2@1.0"] == Delivery(
+        tool="track", key=call_key("track", {"n": 1}), number=2, refused=True, settled=False, why="repeat"
+    )
+    again = policy.decide_tool_call(loaded, ToolCall("track", {"n": 1}, call_id="c:2"), turn_id="t1")
+    assert again == refused is not None and loaded.turn.counts == state.turn.counts  # a second delivery
+
+
+def test_a_tool_name_with_any_characters_round_trips_in_a_delivery() -> None:
+    from repeat_hooks import GuardState, Policy
+
+    policy, state = Policy(), GuardState()
+    for name in ["a:b:c", "line\nbreak", "", "émoji 🚀", "x" * 2_000]:
+        policy.decide_tool_call(state, ToolCall(name, {}, call_id=f"id:{len(name)}"))
+    restored = GuardState.model_validate_json(state.model_dump_json())
+    assert restored == state
+    assert [delivery.tool for delivery in restored.deliveries.values()] == [
+        delivery.tool for delivery in state.deliveries.values()
+    ]

@@ -6,17 +6,11 @@ server, with a scripted model that is stuck on one parcel, for two turns of one 
 (agent hooks, tool guardrails, ``tool_use_behavior``, the ``GuardState`` in the run context) runs in
 workflow code.
 
-Kill and resume, arranged so that the takeover is always a replay:
-
-1. Worker A starts polling; worker B boots too but stands by (``--wait-for``), so A alone runs the
-   conversation and holds the workflow in its cache.
-2. A reaches the kill point and blocks there, heartbeating: inside the 3rd call that reaches the
-   tool (turn 1, before any refusal), or inside model call 9 (turn 2, after A's guard ended turn 1,
-   started turn 2 and refused once in it).
-3. B starts polling; the test SIGKILLs A by its PID.
-4. The call's heartbeat times out; Temporal retries it on B (attempt 2). The next workflow task
-   leaves A's sticky queue after 1 s and goes to B, which has never seen the workflow: it replays
-   the history from the start, the guard included, and finishes the conversation.
+Kill and resume (``temporal_harness.kill_mid_turn``): worker A runs the conversation alone and blocks at
+the kill point, inside the 3rd call that reaches the tool (turn 1, before any refusal), or inside model
+call 9 (turn 2, after A's guard ended turn 1, started turn 2 and refused once in it); standby worker B
+starts polling and A is SIGKILLed; B replays the history from the start, the guard included, and
+finishes the conversation.
 
 The result must equal an uninterrupted run's (one worker, no kill) field by field, the guard's full
 state included, and both must equal the decisions of the core alone on the same script. "Reached the
@@ -26,71 +20,47 @@ twice (attempt 1 in A, attempt 2 in B) and the guard counted it once, as in the 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-import signal
-import subprocess
 import sys
-import time
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from repeat_hooks import GuardState, Policy, Stop, StopReason, ToolCall
+from repeat_hooks import GuardState, Policy, StopReason, ToolCall
 
 _DEPLOY = Path(__file__).resolve().parent
 if str(_DEPLOY) not in sys.path:
     sys.path.insert(0, str(_DEPLOY))  # ``import openai_temporal`` here, in the replayer and in the workers
 
-from services import REQUIRE_SERVICES, TemporalServer, log_tail, spawn, stop_pid  # noqa: E402
+from temporal_harness import (  # noqa: E402
+    MARKS,
+    ExpectedTurn,
+    Run,
+    Workers,
+    assert_skewed_replay_fails,
+    assert_takeover,
+    assert_uninterrupted,
+    kill_mid_turn,
+    require,
+    tracking_status,
+    uninterrupted,
+    workers,
+)
 
-try:
-    import agents  # noqa: F401
-    import temporalio.contrib.openai_agents  # noqa: F401
-except ImportError as missing:  # a skip, like a missing server binary; a failure in CI
-    if os.environ.get(REQUIRE_SERVICES) == "1":
-        raise
-    pytest.skip(f"needs openai-agents and temporalio[openai-agents]: {missing}", allow_module_level=True)
+require("agents", "temporalio.contrib.openai_agents", needs="openai-agents and temporalio[openai-agents]")
 
 from openai_temporal import scenario  # noqa: E402
-from openai_temporal.worker import plugin  # noqa: E402
+from openai_temporal.worker import DEPLOYMENT  # noqa: E402
 from openai_temporal.workflows import GuardedParcelConversation, SkewedGuardedParcelConversation  # noqa: E402
-from temporalio.api.enums.v1 import EventType  # noqa: E402
-from temporalio.client import Client, WorkflowFailureError, WorkflowHistory  # noqa: E402
 from temporalio.contrib.openai_agents import OpenAIPayloadConverter  # noqa: E402
-from temporalio.worker import Replayer  # noqa: E402
-from temporalio.workflow import NondeterminismError  # noqa: E402
 
-pytestmark = [
-    pytest.mark.services,
-    # The sandbox's notice that pydantic imported a helper lazily inside a replay in this process: harmless.
-    pytest.mark.filterwarnings("ignore:Module .* was imported after initial workflow load:UserWarning"),
-]
+__all__ = ["uninterrupted", "workers"]  # fixtures (the module's DEPLOYMENT's)
 
-READY_TIMEOUT = 30.0
-"""Seconds a worker gets to import, connect and start polling."""
-KILL_POINT_TIMEOUT = 20.0
-"""Seconds worker A gets to reach the kill point once the workflow starts."""
-RESULT_TIMEOUT = 40.0
-"""Seconds a workflow gets to finish (a takeover takes ~4-5 s: heartbeat and sticky timeouts, replay)."""
+pytestmark = MARKS
+
+Conversation = Run[scenario.ConversationReport]
 
 
 # -- the reference: the core alone on the same script ------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ExpectedTurn:
-    reached: list[str]
-    """Parcels of the calls that reach the tool, in order."""
-    outputs: list[str]
-    """Every tool output of the turn: results and refusals."""
-    stop: Stop
-    model_calls: int
 
 
 def expected() -> list[ExpectedTurn]:
@@ -109,7 +79,7 @@ def expected() -> list[ExpectedTurn]:
             for (_, arguments), refusal in zip(response, decisions, strict=True):
                 if refusal is None:
                     reached.append(arguments["parcel_id"])
-                    outputs.append(scenario.tracking_status(arguments["parcel_id"]))
+                    outputs.append(tracking_status(arguments["parcel_id"]))
                 else:
                     outputs.append(refusal.message)
             stop = policy.decide_model_call(state)
@@ -121,139 +91,10 @@ def expected() -> list[ExpectedTurn]:
     return turns
 
 
-# -- worker processes --------------------------------------------------------------------------------
-
-
-@dataclass
-class Workers:
-    """Worker processes of one test, each stopped by its PID at the end (SIGTERM, then SIGKILL)."""
-
-    address: str
-    directory: Path
-    ledger: Path
-    started: list[subprocess.Popen[bytes]] = field(default_factory=list)
-
-    def start(self, name: str, kill_at: str | None = None, wait_for: Path | None = None) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-m", "openai_temporal.worker", "--address", self.address, "--ledger", str(self.ledger)]
-        argv += ["--ready", str(self.ready_file(name))]
-        if kill_at is not None:
-            argv += ["--kill-at", kill_at]
-        if wait_for is not None:
-            argv += ["--wait-for", str(wait_for)]
-        # cwd tests/deploy: ``-m`` puts it on sys.path. spawn: own session, log file, stopped at exit if leaked.
-        process = spawn(argv, self.log(name), _DEPLOY)
-        self.started.append(process)
-        return process
-
-    def ready_file(self, name: str) -> Path:
-        return self.directory / f"worker-{name}.ready"
-
-    def log(self, name: str) -> Path:
-        return self.directory / f"worker-{name}.log"
-
-    async def wait_ready(self, name: str, process: subprocess.Popen[bytes]) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT
-        while not self.ready_file(name).exists():
-            if process.poll() is not None:
-                pytest.fail(f"worker {name} exited with {process.returncode}:\n{log_tail(self.log(name))}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"worker {name} did not poll within {READY_TIMEOUT:.0f} s:\n{log_tail(self.log(name))}")
-            await asyncio.sleep(0.05)
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{log_tail(p, 30)}" for p in sorted(self.directory.glob("worker-*.log")))
-
-    def stop_all(self) -> None:
-        for process in self.started:
-            stop_pid(process)
-
-
-@pytest.fixture
-def workers(temporal_server: TemporalServer, tmp_path: Path) -> Iterator[Workers]:
-    pool = Workers(temporal_server.address, tmp_path, tmp_path / "ledger.jsonl")
-    try:
-        yield pool
-    finally:
-        pool.stop_all()
-
-
-@dataclass(frozen=True)
-class Run:
-    """One finished workflow: its report, what its processes logged, and its history."""
-
-    report: scenario.ConversationReport
-    ledger: scenario.Ledger
-    history: WorkflowHistory
-    seconds: float
-
-
-async def finish(client: Client, workflow_id: str, workers: Workers, started: float) -> Run:
-    """Wait (bounded) for the workflow's report; on timeout terminate it and fail with the workers' logs."""
-    handle = client.get_workflow_handle(workflow_id, result_type=scenario.ConversationReport)
-    try:
-        report = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
-    except BaseException as error:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(handle.terminate("test failed"), 5)
-        if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
-            pytest.fail(f"workflow {workflow_id} did not finish in {RESULT_TIMEOUT:.0f} s\n{workers.logs()}")
-        if isinstance(error, WorkflowFailureError):  # e.g. a replay that diverged: NondeterminismError
-            causes: list[str] = []
-            cause: BaseException | None = error.cause
-            while cause is not None:
-                causes.append(f"{type(cause).__name__}: {cause}")
-                cause = cause.__cause__
-            pytest.fail(f"workflow {workflow_id} failed: {' <- '.join(causes)}\n{workers.logs()}")
-        raise
-    seconds = time.monotonic() - started
-    history = await asyncio.wait_for(handle.fetch_history(), 10)
-    return Run(report, scenario.Ledger.load(workers.ledger, workflow_id), history, seconds)
-
-
-async def start(client: Client) -> str:
-    workflow_id = f"guarded-conversation-{uuid.uuid4().hex[:12]}"
-    await client.start_workflow(
-        scenario.WORKFLOW_NAME,
-        scenario.ConversationRequest(),
-        id=workflow_id,
-        task_queue=scenario.TASK_QUEUE,
-        execution_timeout=timedelta(seconds=RESULT_TIMEOUT + 20),
-    )
-    return workflow_id
-
-
-def task_identities(history: WorkflowHistory) -> list[str]:
-    """The identity (``PID@host``) of the worker that completed each workflow task, in order."""
-    return [
-        event.workflow_task_completed_event_attributes.identity
-        for event in history.events
-        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
-    ]
-
-
 # -- the uninterrupted run ---------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(temporal_server: TemporalServer, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """The same script on one worker, never killed: the run every interrupted run must equal."""
-    directory = tmp_path_factory.mktemp("uninterrupted")
-    pool = Workers(temporal_server.address, directory, directory / "ledger.jsonl")
-
-    async def run() -> Run:
-        worker = pool.start("solo")
-        await pool.wait_ready("solo", worker)
-        client = await Client.connect(temporal_server.address, plugins=[plugin(pool.ledger)])
-        began = time.monotonic()
-        return await finish(client, await start(client), pool, began)
-
-    try:
-        return asyncio.run(run())
-    finally:
-        pool.stop_all()
-
-
-def assert_report(run: Run) -> None:
+def assert_report(run: Conversation) -> None:
     """The run did what the core alone decides on the script, turn by turn."""
     want = expected()
     report, ledger = run.report, run.ledger
@@ -280,11 +121,9 @@ def assert_report(run: Run) -> None:
     assert received[10] == first + second[:-1]  # turn 2 carries turn 1's history
 
 
-def test_uninterrupted_run_matches_the_core(uninterrupted: Run) -> None:
+def test_uninterrupted_run_matches_the_core(uninterrupted: Conversation) -> None:
     assert_report(uninterrupted)
-    attempts = [len(a) for a in (*uninterrupted.ledger.tool_calls.values(), *uninterrupted.ledger.model_calls.values())]
-    assert attempts == [1] * len(attempts)
-    assert len(uninterrupted.ledger.pids()) == 1
+    assert_uninterrupted(uninterrupted)
 
 
 # -- the kill ----------------------------------------------------------------------------------------
@@ -298,73 +137,32 @@ def test_uninterrupted_run_matches_the_core(uninterrupted: Run) -> None:
     ],
 )
 async def test_worker_killed_mid_turn_changes_nothing(
-    kill_at: str, workers: Workers, temporal_server: TemporalServer, uninterrupted: Run
+    kill_at: str, workers: Workers, uninterrupted: Conversation
 ) -> None:
-    gate = workers.directory / "b.go"
-    a = workers.start("a", kill_at=kill_at)
-    b = workers.start("b", wait_for=gate)  # boots now, polls only once the gate exists
-    await workers.wait_ready("a", a)
-    client = await Client.connect(temporal_server.address, plugins=[plugin(workers.ledger)])
-    began = time.monotonic()
-    workflow_id = await start(client)
-
-    deadline = time.monotonic() + KILL_POINT_TIMEOUT
-    while not (blocked := scenario.Ledger.load(workers.ledger, workflow_id).blocked):
-        if time.monotonic() > deadline or a.poll() is not None:
-            pytest.fail(f"worker A never reached {kill_at}\n{workers.logs()}")
-        await asyncio.sleep(0.05)
-    assert [(r["at"], r["pid"], r["attempt"]) for r in blocked] == [(kill_at, a.pid, 1)]
-    killed_activity = blocked[0]["activity_id"]
-
-    gate.touch()
-    await workers.wait_ready("b", b)
-    stop_pid(a, signal.SIGKILL)
-    assert a.returncode == -signal.SIGKILL
-    killed_at = time.monotonic()
-
-    run = await finish(client, workflow_id, workers, began)
-    takeover = time.monotonic() - killed_at
+    takeover = await kill_mid_turn(DEPLOYMENT, kill_at, workers)
+    run = takeover.run
 
     # Same decisions as the core alone, and as the uninterrupted run: every field, the guard's state included.
     assert_report(run)
     assert run.report == uninterrupted.report
     assert run.report.guard_json == uninterrupted.report.guard_json
-    # Same calls reached the tool (activity ids are deterministic), and the model was given the same outputs.
-    parcels = {aid: attempts[0]["parcel_id"] for aid, attempts in run.ledger.tool_calls.items()}
-    assert parcels == {aid: attempts[0]["parcel_id"] for aid, attempts in uninterrupted.ledger.tool_calls.items()}
-    assert run.ledger.received_by_step() == uninterrupted.ledger.received_by_step()
-    assert run.ledger.model_calls.keys() == uninterrupted.ledger.model_calls.keys()
-
-    # The killed call reached its activity twice: attempt 1 in A (killed), attempt 2 in B. Nothing else retried.
-    calls = {**run.ledger.tool_calls, **run.ledger.model_calls}
-    assert [(r["attempt"], r["pid"]) for r in calls[killed_activity]] == [(1, a.pid), (2, b.pid)]
-    assert all(len(attempts) == 1 for aid, attempts in calls.items() if aid != killed_activity)
-    assert run.ledger.pids() == {a.pid, b.pid}
-
-    # B took the workflow over: it completed the workflow tasks after the kill (by replaying A's part first).
-    identities = task_identities(run.history)
-    assert identities[0].startswith(f"{a.pid}@")
-    assert identities[-1].startswith(f"{b.pid}@")
-    assert {i.split("@")[0] for i in identities} == {str(a.pid), str(b.pid)}
-
-    # A third process replays the interrupted history to the same end.
-    replayer = Replayer(workflows=[GuardedParcelConversation], plugins=[plugin(workers.ledger)])
-    await asyncio.wait_for(replayer.replay_workflow(run.history), 30)
-    print(f"\n{kill_at}: run {run.seconds:.1f} s, takeover after SIGKILL {takeover:.1f} s")
+    # Same calls and model inputs; the killed call retried once, in B; B replayed and finished; so does a third.
+    await assert_takeover(DEPLOYMENT, takeover, uninterrupted, GuardedParcelConversation)
+    print(f"\n{kill_at}: run {run.seconds:.1f} s, takeover after SIGKILL {takeover.seconds:.1f} s")
 
 
 # -- a guard that decides differently on replay is caught --------------------------------------------
 
 
-async def test_replay_with_a_guard_that_decides_differently_fails(uninterrupted: Run, tmp_path: Path) -> None:
+async def test_replay_with_a_guard_that_decides_differently_fails(uninterrupted: Conversation, tmp_path: Path) -> None:
     """The history pins the guard's decisions: a guard allowing one more call cannot replay it."""
-    ledger = tmp_path / "ledger.jsonl"
-    faithful = Replayer(workflows=[GuardedParcelConversation], plugins=[plugin(ledger)])
-    await asyncio.wait_for(faithful.replay_workflow(uninterrupted.history), 30)
-    skewed = Replayer(workflows=[SkewedGuardedParcelConversation], plugins=[plugin(ledger)])
-    with pytest.raises(NondeterminismError):
-        await asyncio.wait_for(skewed.replay_workflow(uninterrupted.history), 30)
-    assert not ledger.exists()  # replay runs no activity
+    await assert_skewed_replay_fails(
+        DEPLOYMENT,
+        uninterrupted.history,
+        GuardedParcelConversation,
+        SkewedGuardedParcelConversation,
+        tmp_path / "ledger.jsonl",
+    )
 
 
 # -- a guard state carried in a payload --------------------------------------------------------------

@@ -24,7 +24,7 @@ from redis.asyncio import Connection, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from services import HungRedis, RedisServer, free_port, start_redis
 
-from repeat_hooks import GuardState, MemoryStore, Policy, Refusal, ToolCall
+from repeat_hooks import GuardSetupError, GuardState, MemoryStore, Policy, Refusal, ToolCall, call_key, observe
 from repeat_hooks.redis import RedisStore, StoreContention, StoreUnavailable
 from repeat_hooks.state import MAX_DELIVERIES
 
@@ -187,6 +187,134 @@ async def test_a_decision_delivered_twice_counts_once(redis_server: RedisServer)
     assert state.turn.refusals == 10 * (4 - 2)
     assert sum(refusal is not None for refusal in first[0::2]) == state.turn.refusals
     assert state.turn.errors_in_a_row == 1
+
+
+WRITERS, RESPONSES, CALLS = 32, 10, 5
+
+
+async def test_32_writers_delivering_every_hook_call_twice_count_each_once(redis_server: RedisServer) -> None:
+    """32 writers (32 stores, 32 connections) serve one session for 10 model responses of 160 parallel calls,
+    5 per writer at once: each call is decided, decided again (a second delivery), its outcome recorded and
+    recorded again, the response's model call recorded twice; every second delivery comes in a random order
+    among the other writers'. So each writer delivers 50 calls twice, and 50 outcomes twice. A 64-id memory
+    forgot most of a response's ids before their second delivery: those were counted twice."""
+    policy = Policy(count="per_turn", count_failures=False, max_calls=10_000)
+    prefix = f"test-{uuid.uuid4().hex[:8]}:"
+    rng = random.Random(19)
+    stores = [RedisStore.from_url(redis_server.url, prefix=prefix) for _ in range(WRITERS)]
+
+    def parcel(number: int, response: int | None = None) -> ToolCall:
+        call_id = None if response is None else f"call-{response}-{number}"
+        return ToolCall(f"track{number % 4}", {"parcel": number % 16}, call_id=call_id)  # 10 calls per key
+
+    def failed(response: int, number: int) -> bool:
+        return (response + number) % 3 == 0  # a failure takes the call back out of its count
+
+    def writer(number: int) -> RedisStore:
+        return stores[number // CALLS]
+
+    async def decide(number: int, response: int) -> Refusal | None:
+        call = parcel(number, response)
+        return await writer(number).update("s", lambda state: policy.decide_tool_call(state, call, turn_id="t1"))
+
+    async def record(number: int, response: int) -> None:
+        call, ok = parcel(number, response), not failed(response, number)
+        await writer(number).update(
+            "s", lambda state: policy.record_tool_result(state, call, ok=ok, result=None, turn_id="t1")
+        )
+
+    async def model_call(store: RedisStore, response: int) -> None:
+        delivery = f"model-{response}"
+        await store.update(
+            "s", lambda state: policy.record_model_call(state, cost_usd=0.01, turn_id="t1", delivery_id=delivery)
+        )
+
+    def shuffled(jobs: list[Any]) -> list[Any]:
+        rng.shuffle(jobs)
+        return jobs
+
+    numbers = range(WRITERS * CALLS)
+    first: list[Refusal | None] = []
+    again: list[Refusal | None] = []
+    try:
+        for response in range(RESPONSES):
+            model = stores[response % WRITERS]
+            assert await model.update("s", lambda state: policy.decide_model_call(state, turn_id="t1")) is None
+            await model_call(model, response)
+            first += await asyncio.gather(*(decide(number, response) for number in numbers))
+            order = shuffled(list(numbers))
+            decided = await asyncio.gather(*(decide(number, response) for number in order))
+            again += [decision for _, decision in sorted(zip(order, decided, strict=True))]
+            await asyncio.gather(*(record(number, response) for number in numbers))
+            await asyncio.gather(
+                *shuffled([*(record(number, response) for number in numbers), model_call(stores[-1], response)])
+            )
+        state = await stores[0].load("s")
+        conflicts = sum(store.conflicts for store in stores)
+    finally:
+        for store in stores:
+            await store.aclose()
+
+    assert state is not None
+    assert conflicts > 0, "the writers never raced: this run proved nothing"
+    assert again == first == [None] * (RESPONSES * WRITERS * CALLS)  # every second delivery: the first decision
+    turn = state.turn
+    # Every call counted once, every failure taken back once: what is left is the successes, per call key.
+    successes = Counter(
+        call_key(f"track{number % 4}", {"parcel": number % 16})
+        for response in range(RESPONSES)
+        for number in numbers
+        if not failed(response, number)
+    )
+    assert turn.counts == dict(successes)
+    assert (turn.model_calls, round(turn.cost_usd, 6), turn.responses) == (RESPONSES, RESPONSES * 0.01, RESPONSES)
+    assert turn.refusals == 0
+
+
+async def test_workers_with_different_digest_keys_on_one_session_fail_loudly(redis_server: RedisServer) -> None:
+    """The store keeps what the policy wrote and never a key; a worker whose ``Policy(digest_key=...)`` differs
+    from the one that wrote the session gets ``GuardSetupError`` naming ``digest_key`` (not a ``StoreUnavailable``
+    that fail-open would swallow), and nothing it decided is written."""
+    keyed, plain = Policy(digest_key="a secret of sixteen+ chars"), Policy()
+    call = ToolCall("unlock", {"pin": "000042"}, call_id="c1")
+    prefix = f"test-{uuid.uuid4().hex[:8]}:"
+    async with (
+        RedisStore.from_url(redis_server.url, prefix=prefix) as one,
+        RedisStore.from_url(redis_server.url, prefix=prefix) as two,
+    ):
+        assert await one.update("s", lambda state: keyed.decide_tool_call(state, call, turn_id="t1")) is None
+        with pytest.raises(GuardSetupError, match=r"another digest_key, and this policy has no digest_key") as raised:
+            await two.update("s", lambda state: plain.decide_tool_call(state, call, turn_id="t1"))
+        assert not isinstance(raised.value, StoreUnavailable)
+        raw = await one.client.hget(prefix + "s", "s")
+        state = await two.load("s")
+    assert state is not None and state.key_id is not None and list(state.turn.counts.values()) == [1]
+    assert b"000042" not in raw and b"a secret" not in raw and call_key("unlock", {"pin": "000042"}).encode() not in raw
+
+
+async def test_observers_hear_each_decision_once_under_contention(redis_server: RedisServer) -> None:
+    """Four stores on one session lose compare-and-sets and decide again: observers hear what was written, once
+    per decision, never an attempt that lost (it was decided on a state nobody kept)."""
+    heard: list[observe.Observation] = []
+    remove = observe.add_observer(heard.append)
+    policy = Policy(max_calls=None)
+    prefix = f"test-{uuid.uuid4().hex[:8]}:"
+    stores = [RedisStore.from_url(redis_server.url, prefix=prefix) for _ in range(4)]
+
+    async def worker(store: RedisStore, tag: str) -> None:
+        for index in range(50):
+            call = ToolCall("t", {"i": index, "w": tag}, call_id=f"{tag}{index}")
+            await store.update("s", lambda state, call=call: policy.decide_tool_call(state, call, turn_id="t1"))
+
+    try:
+        await asyncio.gather(*(worker(store, f"w{k}") for k, store in enumerate(stores)))
+    finally:
+        remove()
+        for store in stores:
+            await store.aclose()
+    decided = [seen.call.call_id for seen in heard if isinstance(seen, observe.ToolCallDecided)]
+    assert sum(store.conflicts for store in stores) > 0  # the stores did lose races
+    assert sorted(decided) == sorted(f"w{k}{index}" for k in range(4) for index in range(50))
 
 
 def random_operations(seed: int, count: int = 300) -> list[Callable[[Policy, GuardState], object]]:

@@ -1,28 +1,49 @@
-"""The adapter README's quick start runs as written, Claude swapped for the scripted fake Messages API (the
-CLI reads ANTHROPIC_BASE_URL from the environment; no key, no network here)."""
+"""The README blocks of the Claude Agent SDK adapter (its quick start; its section of the root README) run as
+written, Claude swapped for the scripted fake Messages API (the CLI reads ANTHROPIC_BASE_URL from the
+environment; no key, no network here)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
-from cas_parcels import keep_calling
-from repeat_hooks_claude_agent_sdk.testing import FakeMessagesAPI, offline_env
+from cas_parcels import allowed, carrier, keep_calling
+from readme_blocks import Blocks
+from repeat_hooks_claude_agent_sdk.testing import FakeMessagesAPI, offline_env, offline_options
 
-README = Path(__file__).resolve().parents[3] / "adapters" / "claude_agent_sdk" / "README.md"
+BLOCKS = Blocks.owned_by(__file__)
+ROOT_SECTION = "Claude Agent SDK (`repeat-hooks-claude-agent-sdk`)"
 
 
+@BLOCKS.cover("Quick start")
 def test_the_quick_start_runs_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (block,) = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
     monkeypatch.chdir(tmp_path)
     with FakeMessagesAPI(keep_calling()) as api:
         for name, value in offline_env(api, tmp_path).items():
             monkeypatch.setenv(name, value)
-        exec(compile(block, str(README), "exec"), {"__name__": "readme"})
+        BLOCKS.run("Quick start")
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("I stopped: I kept calling mcp__parcels__track_parcel")
     assert printed[1].startswith("message='I stopped") and "reason=<StopReason.IGNORED_REFUSALS" in printed[1]
     assert len(api.model_requests()) == 6
+
+
+@BLOCKS.cover(ROOT_SECTION)
+def test_the_root_readme_section_runs_against_the_fake_api(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parcels = carrier()
+    with FakeMessagesAPI(keep_calling()) as api:
+        options = offline_options(
+            api, tmp_path, mcp_servers={"parcels": parcels.server}, allowed_tools=allowed("track_parcel")
+        )
+        BLOCKS.run(ROOT_SECTION, given={"options": options})
+
+    assert parcels.count("track_parcel") == 2
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("I stopped: I kept calling mcp__parcels__track_parcel")
+    assert printed[1].startswith("message='I stopped") and "reason=<StopReason.IGNORED_REFUSALS" in printed[1]
+
+
+def test_every_block_here_runs() -> None:
+    BLOCKS.assert_covered()

@@ -1,32 +1,59 @@
-"""The adapter README's Python blocks run as written (the model swapped for a scripted one: no key here)."""
+"""The README blocks of the ADK adapter (its own README, in order; its section of the root README) run as
+written, Gemini swapped for a scripted model at ADK's model seam (``BaseLlm``): no key here."""
 
 from __future__ import annotations
 
-import re
+import asyncio
 from pathlib import Path
 
 import pytest
+from google.adk.agents import LlmAgent
+from readme_blocks import Blocks
+from repeat_hooks_google_adk import StopReason
+from repeat_hooks_google_adk.testing import ScriptedLlm, keep_calling
 
-README = Path(__file__).resolve().parents[3] / "adapters" / "google_adk" / "README.md"
-GEMINI = 'model="gemini-2.5-flash"'
-SCRIPTED = (
-    "model=__import__('repeat_hooks_google_adk.testing', fromlist=['x']).ScriptedLlm("
-    "then=__import__('repeat_hooks_google_adk.testing', fromlist=['x']).keep_calling("
-    "'track_parcel', {'tracking_number': 'FR-7731'}))"
-)
+from .conftest import ARGS, STOPPED, Carrier, new_session, run_turn
+
+BLOCKS = Blocks.owned_by(__file__)
+GEMINI = {'model="gemini-2.5-flash"': "model=SCRIPTED"}
+ROOT_SECTION = "Google ADK (`repeat-hooks-google-adk`)"
 
 
+@BLOCKS.cover("Quick start", "Quick start [2]")
 def test_the_readme_blocks_run_in_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
-    assert len(blocks) == 2 and GEMINI in blocks[0]
     monkeypatch.chdir(tmp_path)  # the second block's SQLite file lands here
-    namespace: dict[str, object] = {"__name__": "readme"}
+    scripted = ScriptedLlm(then=keep_calling("track_parcel", ARGS))
 
-    for block in blocks:
-        exec(compile(block.replace(GEMINI, SCRIPTED), str(README), "exec"), namespace)
+    namespace = BLOCKS.run("Quick start", "Quick start [2]", given={"SCRIPTED": scripted}, replace=GEMINI)
 
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0].startswith("I stopped: I kept calling track_parcel")
+    assert printed[0] == STOPPED
     assert printed[1].startswith("message='I stopped") and "reason=<StopReason.IGNORED_REFUSALS" in printed[1]
+    assert type(namespace["runner"].session_service).__name__ == "DatabaseSessionService"
+
+
+@BLOCKS.cover(ROOT_SECTION)
+def test_the_root_readme_section_runs_with_a_scripted_model(carrier: Carrier) -> None:
+    agent = LlmAgent(
+        name="parcel_tracker", model=ScriptedLlm(then=keep_calling("track_parcel", ARGS)), tools=[carrier.tool]
+    )
+
+    namespace = BLOCKS.run(ROOT_SECTION, given={"agent": agent})
+
+    async def invocation() -> None:
+        runner = namespace["runner"]
+        session_id = await new_session(runner)
+        turn = await run_turn(runner, session_id, "Keep checking FR-7731")
+        session = await runner.session_service.get_session(app_name="parcels", user_id="u1", session_id=session_id)
+        stop = namespace["stop_of"](session, turn.invocation_id)
+        assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
+        assert turn.final_text == stop.message == STOPPED
+
+    asyncio.run(invocation())
+    assert carrier.calls == ["FR-7731"] * 2
+
+
+def test_every_block_here_runs() -> None:
+    BLOCKS.assert_covered()

@@ -29,7 +29,7 @@ from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.tools import tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.types import Command
-from repeat_hooks_langchain import RepeatGuardMiddleware, skip_refused
+from repeat_hooks_langchain import RepeatGuardMiddleware
 from repeat_hooks_langchain.testing import ScriptedChatModel, answer, keep_calling, steps
 
 from repeat_hooks import Policy
@@ -85,9 +85,7 @@ def main() -> None:
         model = ScriptedChatModel(
             then=steps(*[keep_calling("track_parcel", ARGS)] * 3, then=answer("Still in transit."))
         )
-        review = HumanInTheLoopMiddleware(
-            interrupt_on=skip_refused({"track_parcel": True}), interrupt_mode=options.mode
-        )
+        review = HumanInTheLoopMiddleware(interrupt_on={"track_parcel": True}, interrupt_mode=options.mode)
         middleware.insert(0, review)
     else:
         model = ScriptedChatModel(then=keep_calling("track_parcel", ARGS))

@@ -36,15 +36,17 @@ def test_tool_call_limit_blocks_on_its_own_count_and_the_guard_still_ends_the_tu
     guard_first: bool, carrier: Carrier
 ) -> None:
     # LangChain's limit (by tool name, per run) would let the model loop on blocked calls until the
-    # recursion limit; the guard counts those repeats too and ends the turn.
-    limit = ToolCallLimitMiddleware(tool_name="track_parcel", run_limit=3)
+    # recursion limit; the guard counts those repeats too and ends the turn. A call the guard refused never
+    # reaches the limit (it is no longer among the response's tool_calls), so only the 2 calls it allowed count
+    # there: the 2nd is LangChain's to block.
+    limit = ToolCallLimitMiddleware(tool_name="track_parcel", run_limit=1)
     model = looping_model()
 
     result = parcel_agent(model, carrier, middleware=ordered(guard_first, limit)).invoke(USER, thread("t1"))
 
-    assert carrier.calls == ["FR-7731", "FR-7731"]
-    assert model.tool_results(3) == [REFUSAL]
-    assert "Tool call limit exceeded" in model.tool_results(4)[0]  # LangChain's own text, from its block
+    assert carrier.calls == ["FR-7731"]
+    assert "Tool call limit exceeded" in model.tool_results(2)[0]  # LangChain's own text, from its block
+    assert model.tool_results(3) == model.tool_results(4) == [REFUSAL]
     assert result["messages"][-1].content == STOPPED
     stop = stop_of(result)
     assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS

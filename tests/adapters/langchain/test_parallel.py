@@ -29,9 +29,14 @@ def test_three_identical_parallel_calls_with_max_two_refuse_exactly_one(carrier:
     assert len(answers) == 3  # every call got its ToolMessage
     refused = [m for m in answers if m.status == "error"]
     assert len(refused) == 1 and str(refused[0].content).startswith("Refused: you already called track_parcel")
-    # The refused one is the 3rd call of the message, decided in order.
-    calls = result["messages"][1].tool_calls
-    assert refused[0].tool_call_id == calls[2]["id"]
+    # The refused one is the 3rd call of the message, decided in order: it left tool_calls (nothing after the
+    # model node sees it as a call to make) for invalid_tool_calls, which the model reads as a call it made.
+    response = result["messages"][1]
+    assert len(response.tool_calls) == 2
+    assert [(call["id"], call["error"]) for call in response.invalid_tool_calls] == [
+        (refused[0].tool_call_id, refused[0].content)
+    ]
+    assert response.invalid_tool_calls[0]["id"].startswith("call_0_2_")  # the 3rd call's own id
     assert sorted(model.tool_results(1)) == sorted([IN_TRANSIT, IN_TRANSIT, str(refused[0].content)])
     state = guard_state_of(result)
     assert (state.turn.refusals, sorted(state.turn.counts.values())) == (1, [3])
@@ -78,7 +83,14 @@ def test_empty_call_ids_still_refuse_the_right_call_and_the_model_reads_the_refu
     result = agent.invoke(USER, thread("t1"))
 
     assert carrier.calls == ["FR-7731", "FR-7731"]  # 2 of the first batch; the rest refused
-    assert [text[:8] for text in model.tool_results(1)] == [IN_TRANSIT[:8], IN_TRANSIT[:8], "Refused:"]
+    # The refusal answers its call in the model node, before the tool node's results.
+    assert [text[:8] for text in model.tool_results(1)] == ["Refused:", IN_TRANSIT[:8], IN_TRANSIT[:8]]
+    ids = [call["id"] for call in model.received[1][-4].tool_calls + model.received[1][-4].invalid_tool_calls]
+    assert ids == [
+        "call_0",
+        "call_1",
+        "call_2",
+    ]  # an id of its own for each call, so LangChain tells answered from pending
     assert [text[:8] for text in model.tool_results(2)] == ["Refused:"] * 3
     assert guard_state_of(result).turn.refusals == 4  # every refusal counted was read by the model
     assert result["messages"][-1].content == "It is in transit."  # 2 responses refused: under the limit of 3
@@ -91,7 +103,8 @@ def test_one_call_id_used_for_three_identical_calls_refuses_exactly_one(carrier:
     result = parcel_agent(model, carrier, Policy(max_calls=2)).invoke(USER, thread("t1"))
 
     assert carrier.calls == ["FR-7731", "FR-7731"]
-    assert [m.status for m in tool_messages(result)] == ["success", "success", "error"]
+    assert [m.status for m in tool_messages(result)] == ["error", "success", "success"]
+    assert [m.tool_call_id for m in tool_messages(result)] == ["call_0_2", "call_0_0", "call_0_1"]
     assert guard_state_of(result).turn.refusals == 1
 
 

@@ -1,8 +1,8 @@
-"""A human reviewer next to the guard (``HumanInTheLoopMiddleware``, issue 18), on the real ``create_agent``
-loop, in both interrupt modes and both middleware orders: nobody is asked about a call the guard refused
-(``skip_refused``); an edited call is decided afresh on its new arguments; a rejected call did not run and
-does not count; resuming (``Command(resume=...)``) continues the same turn's counts. The order that cannot
-work (a per-call review listed after the guard) fails loudly before anyone is asked."""
+"""A human reviewer next to the guard (``HumanInTheLoopMiddleware`` as it comes, issue 18), on the real
+``create_agent`` loop, in both interrupt modes and both middleware orders: nobody is asked about a call the
+guard refused; an edited call is decided afresh on its new arguments; a rejected call did not run and does
+not count; resuming (``Command(resume=...)``) continues the same turn's counts. The order that cannot work (a
+per-call review listed after the guard) fails loudly before anyone is asked."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_parcels import ARGS, IN_TRANSIT, REFUSAL, STOPPED, USER, Carrier, parcel_agent, seed_004, thread
 from langgraph.types import Command
-from repeat_hooks_langchain import Policy, RepeatGuardMiddleware, guard_state_of, skip_refused, stop_of
+from repeat_hooks_langchain import Policy, RepeatGuardMiddleware, guard_state_of, stop_of
 from repeat_hooks_langchain.testing import ScriptedChatModel, call_message, keep_calling, steps
 
 from repeat_hooks import GuardSetupError
@@ -40,13 +40,9 @@ def agent_with_review(
     mode: str,
     review_first: bool,
     policy: Policy | None = None,
-    guarded_review: bool = True,
 ) -> Any:
-    interrupt_on: dict[str, Any] = {"track_parcel": True}
-    review = HumanInTheLoopMiddleware(
-        interrupt_on=skip_refused(interrupt_on) if guarded_review else interrupt_on,
-        interrupt_mode=mode,  # type: ignore[arg-type]
-    )
+    # LangChain's stock setup, nothing of the guard's in it.
+    review = HumanInTheLoopMiddleware(interrupt_on={"track_parcel": True}, interrupt_mode=mode)  # type: ignore[arg-type]
     guard = RepeatGuardMiddleware(policy or seed_004())
     return parcel_agent(model, carrier, middleware=[review, guard] if review_first else [guard, review])
 
@@ -88,9 +84,10 @@ def test_the_reviewer_is_asked_only_about_calls_the_guard_lets_run(
     result, shown = run_reviewed(agent, approve)
 
     # Approved 2, and both ran; the 3 refused calls were never shown to the reviewer.
-    assert len(shown) == 2 and carrier.calls == ["FR-7731", "FR-7731"]
+    assert shown == [{"name": "track_parcel", "args": ARGS}] * 2 and carrier.calls == ["FR-7731", "FR-7731"]
     assert tool_texts(result) == [IN_TRANSIT, IN_TRANSIT, REFUSAL, REFUSAL, REFUSAL]
-    assert result["messages"][-1].content == STOPPED
+    assert [model.tool_results(call) for call in range(1, 5)] == [[IN_TRANSIT], [IN_TRANSIT], [REFUSAL], [REFUSAL]]
+    assert model.calls == 5 and result["messages"][-1].content == STOPPED
     state = guard_state_of(result)
     assert (state.turn.number, state.turn.model_calls, state.turn.refusals) == (1, 5, 3)  # resumes: one turn
 
@@ -116,41 +113,47 @@ def test_a_per_call_review_listed_after_the_guard_fails_before_anyone_is_asked(c
     model = ScriptedChatModel(then=keep_calling("track_parcel", ARGS))
     agent = agent_with_review(model, carrier, mode="per_call", review_first=False)
 
-    with pytest.raises(GuardSetupError, match=r"middleware=\[HumanInTheLoopMiddleware\(interrupt_on=skip_refused"):
+    with pytest.raises(GuardSetupError, match=r"middleware=\[HumanInTheLoopMiddleware\(interrupt_on=\{\.\.\.\}, "):
         agent.invoke(USER, thread("t1"))
     assert carrier.calls == []
 
 
 @SETUPS
-def test_a_reviewer_who_edits_a_refused_call_gets_the_edit_decided_afresh(
+def test_an_edited_call_runs_on_its_new_arguments_and_the_counts_follow_what_ran(
     mode: str, review_first: bool, carrier: Carrier
 ) -> None:
-    # Without skip_refused the reviewer is shown the refused 3rd call; their edit (another parcel) is a new call,
-    # decided on its own arguments: it runs, and the model reads its real result.
+    # The reviewer turns the model's FR-7731 into FR-9000: FR-9000 runs (decided afresh), and FR-7731, which
+    # never ran, does not count. When the model asks for FR-9000, the call that ran, the guard refuses it and
+    # nobody is asked; when it asks for FR-7731, it is asked and it runs.
+    nine = {"tracking_number": "FR-9000"}
     model = ScriptedChatModel(
-        then=steps(*[keep_calling("track_parcel", ARGS)] * 3, then=lambda messages: AIMessage(content="Done."))
+        then=steps(
+            call_message(("track_parcel", ARGS)),
+            call_message(("track_parcel", nine)),
+            call_message(("track_parcel", ARGS)),
+            then=lambda messages: AIMessage(content="Done."),
+        )
     )
-    agent = agent_with_review(
-        model, carrier, mode=mode, review_first=review_first, policy=Policy(max_calls=2), guarded_review=False
-    )
+    agent = agent_with_review(model, carrier, mode=mode, review_first=review_first, policy=Policy(max_calls=1))
     asked = 0
 
-    def edit_the_third(call: dict[str, Any]) -> dict[str, Any]:
+    def edit_the_first(call: dict[str, Any]) -> dict[str, Any]:
         nonlocal asked
         asked += 1
-        if asked < 3:
+        if asked > 1:
             return {"type": "approve"}
-        return {"type": "edit", "edited_action": {"name": "track_parcel", "args": {"tracking_number": "FR-9000"}}}
+        return {"type": "edit", "edited_action": {"name": "track_parcel", "args": nine}}
 
-    result, shown = run_reviewed(agent, edit_the_third)
+    result, shown = run_reviewed(agent, edit_the_first)
 
-    assert len(shown) == 3
-    assert carrier.calls == ["FR-7731", "FR-7731", "FR-9000"]  # the edited call ran
-    third = tool_texts(result)[2]
-    assert "FR-9000: in transit, hub Lyon" in third and "Refused" not in third
+    assert shown == [{"name": "track_parcel", "args": ARGS}] * 2
+    assert carrier.calls == ["FR-9000", "FR-7731"]
+    first, second, third = model.tool_results(1), model.tool_results(2), model.tool_results(3)
+    assert "Executed instead: track_parcel" in first[0] and first[0].endswith("FR-9000: in transit, hub Lyon")
+    assert len(second) == 1 and second[0].startswith("Refused: you already called track_parcel")
+    assert third == [IN_TRANSIT]
     assert result["messages"][-1].content == "Done."
-    state = guard_state_of(result)
-    assert state.turn.refusals == 1  # the guard refused the model's 3rd call; the reviewer replaced it
+    assert guard_state_of(result).turn.refusals == 1
 
 
 @SETUPS
@@ -204,22 +207,6 @@ def test_a_call_the_reviewer_rejects_did_not_run_and_does_not_count(
     assert result["messages"][-1].content == "OK, in transit."
     assert stop_of(result) is None
     assert (guard_state_of(result).turn.refusals, guard_state_of(result).turn.number) == (0, 1)
-
-
-def test_skip_refused_keeps_each_tools_own_settings() -> None:
-    def only_big(request: Any) -> bool:
-        return True
-
-    config = skip_refused(
-        {"a": True, "b": False, "c": {"allowed_decisions": ["approve", "reject"], "when": only_big, "description": "d"}}
-    )
-
-    assert config["b"] is False
-    a, c = config["a"], config["c"]
-    assert isinstance(a, dict) and a["allowed_decisions"] == ["approve", "edit", "reject", "respond"]
-    assert isinstance(c, dict) and (c["allowed_decisions"], c["description"]) == (["approve", "reject"], "d")
-    assert "only_big" in repr(c["when"])
-    HumanInTheLoopMiddleware(interrupt_on=config)  # LangChain accepts it
 
 
 async def test_under_ainvoke_a_per_call_review_asks_only_about_calls_the_guard_lets_run(carrier: Carrier) -> None:

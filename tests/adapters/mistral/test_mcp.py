@@ -21,7 +21,7 @@ from typing import Any
 import mcp
 import pytest
 from mistralai.agents import agents
-from repeat_hooks_mistral import RepeatGuardHook, events_of
+from repeat_hooks_mistral import Policy, RepeatGuardHook, events_of
 from repeat_hooks_mistral.testing import ScriptedModel, run_turn, tool_messages
 from support import MCP_CARRIER
 
@@ -114,3 +114,23 @@ async def test_the_same_answer_with_a_fresh_meta_request_id_is_refused_the_third
     assert messages[0] == messages[1] and "request_id" not in messages[0], "the model never reads _meta"
     assert messages[2].startswith("Refused: you already called carrier." + tool)
     assert events[0].tool == f"carrier.{tool}", "an MCP server's tools are named group.tool"
+
+
+class LimitedGuard(RepeatGuardHook):
+    """One run of the MCP tool ``carrier.parcel_status`` per turn (a name rc11 discovers at run time)."""
+
+    policy = Policy(limits={"carrier.parcel_status": 1})
+
+
+async def test_a_limit_on_an_mcp_tool_passes_the_check_and_is_enforced(carrier_server: Carrier, agent_for: Any) -> None:
+    # An MCP server's tools (group.tool) are discovered by rc11 when the agent runs, after the check of the
+    # agent's own tools: a group.tool name in the policy is taken as one of them, and its limit holds.
+    model = ScriptedModel.keep_calling("parcel_status", {"tracking_number": "FR-7731"})
+    mcps = {"carrier": agents.RemoteMCP(url=carrier_server.url)}
+    agent = agent_for(model, LimitedGuard(), tools=(), mcps=mcps, max_iterations=10)
+    async with await agent.create_session() as session:
+        await run_turn(session, "Keep checking FR-7731.")
+
+    assert carrier_server.reached() == ["parcel_status FR-7731"]
+    messages = tool_messages(model.requests[-1])
+    assert messages[1].startswith("Refused: you already called carrier.parcel_status")

@@ -1,35 +1,88 @@
-"""The adapter README's quick start runs as written, with the scripted model in place of Mistral's."""
+"""The Mistral adapter's README blocks run as written (its quick start; its section of the root README; the
+deploy example's guard), with the scripted model in place of Mistral's (``model=`` + ``completion=``: the
+SDK's provider seam) and a real Redis where a block names one."""
 
 from __future__ import annotations
 
-import re
+import asyncio
+import importlib.util
 import sys
-import types
-from pathlib import Path
+from typing import Any
 
 import pytest
+from readme_blocks import ROOT, Blocks
+from repeat_hooks_mistral import Policy, RepeatGuardHook, StopReason
 from repeat_hooks_mistral.testing import ScriptedModel
+from services import RedisServer, redis_server
 
-README = Path(__file__).resolve().parents[3] / "adapters" / "mistral" / "README.md"
+from repeat_hooks import Refusal, ToolCall
+
+from .conftest import CARRIER, track_parcel
+
+__all__ = ["redis_server"]  # a fixture
+
+BLOCKS = Blocks.owned_by(__file__)
+ARGS = {"tracking_number": "FR-7731"}
 LIVE_MODEL = 'model="mistral-medium-latest",'
+SCRIPTED = {LIVE_MODEL: "model=SCRIPTED.name, completion=SCRIPTED.completion(),"}
+STOPPED = "I stopped: I kept calling track_parcel, and its result would not change in this turn. Ask me again later."
+ROOT_SECTION = "Mistral Agents SDK (`repeat-hooks-mistral`)"
+DEPLOY = "What makes the guard deployable (`parcel_worker/parcel_app.py`)"
 
 
-async def test_the_quick_start_runs_and_the_caller_reads_the_stop(capsys: pytest.CaptureFixture[str]) -> None:
-    code = re.search(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
-    assert code is not None and LIVE_MODEL in code.group(1)
-    model = ScriptedModel.keep_calling("track_parcel", {"tracking_number": "FR-7731"})
-    module = types.ModuleType("readme_quick_start")
-    module.__dict__["SCRIPTED"] = model
-    sys.modules[module.__name__] = module  # rc11 finds @agents.tool functions by module
-    try:
-        exec(
-            code.group(1).replace(LIVE_MODEL, "model=SCRIPTED.name, completion=SCRIPTED.completion(),"), module.__dict__
-        )
-        await module.main()
-    finally:
-        del sys.modules[module.__name__]
+@BLOCKS.cover("repeat-hooks-mistral")
+def test_the_quick_start_runs_and_the_caller_reads_the_stop(capsys: pytest.CaptureFixture[str]) -> None:
+    model = ScriptedModel.keep_calling("track_parcel", ARGS)
 
-    guard = module.ParcelGuard
-    stop = "I stopped: I kept calling track_parcel, and its result would not change in this turn. Ask me again later."
-    assert capsys.readouterr().out == stop + "\n", "the first turn's text is the guard's stop message"
+    namespace = BLOCKS.run("repeat-hooks-mistral", given={"SCRIPTED": model}, replace=SCRIPTED)
+    asyncio.run(namespace["main"]())
+
+    guard = namespace["ParcelGuard"]
+    assert capsys.readouterr().out == STOPPED + "\n", "the first turn's text is the guard's stop message"
     assert guard.policy.max_calls == 2 and len(model.requests) == 10, "two turns of 5 model calls each"
+
+
+@BLOCKS.cover(ROOT_SECTION)
+def test_the_root_readme_section_runs_with_a_scripted_model() -> None:
+    model = ScriptedModel.keep_calling("track_parcel", ARGS)
+    CARRIER.calls.clear()
+
+    namespace = BLOCKS.run(ROOT_SECTION, given={"SCRIPTED": model, "track_parcel": track_parcel}, replace=SCRIPTED)
+
+    assert CARRIER.calls == ["FR-7731"] * 2
+    stop = namespace["stop"]  # read back by session id, after the session closed
+    assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
+    assert namespace["result"].text == stop.message == STOPPED
+
+
+@BLOCKS.cover(DEPLOY)
+def test_the_deploy_examples_guard_is_the_one_its_workers_run(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "readme_parcel_app", ROOT / "examples" / "deploy" / "parcel_worker" / "parcel_app.py"
+    )
+    assert spec is not None and spec.loader is not None
+    app = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, app)
+    monkeypatch.setenv("REPEAT_HOOKS_REDIS_URL", redis_server.url)
+    spec.loader.exec_module(app)
+    given: dict[str, Any] = {"RepeatGuardHook": RepeatGuardHook, "Policy": Policy, "redis_store": app.redis_store}
+
+    guard = BLOCKS.run(DEPLOY, given=given)["ParcelGuard"]
+
+    assert guard.policy == app.ParcelGuard.policy and guard.store.prefix == app.ParcelGuard.store.prefix
+    call = ToolCall("track_parcel", ARGS)
+
+    async def decide_three_times() -> list[Any]:
+        change = lambda state: guard.policy.decide_tool_call(state, call, turn_id="t1")  # noqa: E731
+        decisions = [await guard.store.update("s1", change) for _ in range(3)]
+        await guard.store.aclose()
+        return decisions
+
+    decisions = asyncio.run(decide_three_times())  # the counts live in the real Redis
+    assert decisions[:2] == [None, None] and isinstance(decisions[2], Refusal)
+
+
+def test_every_block_here_runs() -> None:
+    BLOCKS.assert_covered()

@@ -1,22 +1,23 @@
-"""The adapter README's Python blocks run as written, in order (the quick start's model is a scripted one)."""
+"""The README blocks of the pydantic-ai adapter (its own README, in order, as one reader's session; and its
+section of the root README) run as written, the model a scripted one (no key here)."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
+from pai_parcels import Carrier
+from readme_blocks import Blocks
+from repeat_hooks_pydantic_ai import StopReason
+from repeat_hooks_pydantic_ai.testing import ScriptedModel, keep_calling
 
-README = Path(__file__).resolve().parents[3] / "adapters" / "pydantic_ai" / "README.md"
+BLOCKS = Blocks.owned_by(__file__)
+QUICK_START, RAISE, APPROVALS, SPEC = "Quick start", "How it works", "How it works [2]", "How it works [3]"
+TEMPORAL = "Durable execution (Temporal)"
+ROOT_SECTION = "pydantic-ai (`repeat-hooks-pydantic-ai`)"
 
 
+@BLOCKS.cover(QUICK_START, RAISE, APPROVALS, SPEC, TEMPORAL)
 def test_the_readme_blocks_run_in_order(capsys: pytest.CaptureFixture[str]) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
-    assert len(blocks) == 5  # quick start, on_stop="raise", approvals, spec, Temporal
-    namespace: dict[str, object] = {"__name__": "readme"}
-
-    for block in blocks:
-        exec(compile(block, str(README), "exec"), namespace)
+    namespace = BLOCKS.run(QUICK_START, RAISE, APPROVALS, SPEC, TEMPORAL)
 
     printed = capsys.readouterr().out.splitlines()
     # Quick start: the seed-004 story with the default policy's count (the same result twice, then refused).
@@ -32,3 +33,20 @@ def test_the_readme_blocks_run_in_order(capsys: pytest.CaptureFixture[str]) -> N
     agent = namespace["agent"]
     assert type(agent).__name__ == "Agent"
     assert len(printed) == 6
+
+
+@BLOCKS.cover(ROOT_SECTION)
+def test_the_root_readme_section_runs_with_a_scripted_model(carrier: Carrier) -> None:
+    model = ScriptedModel(keep_calling("track_parcel", {"parcel_id": "FR-7731"}))
+
+    namespace = BLOCKS.run(ROOT_SECTION, given={"model": model, "track_parcel": carrier.tool})
+
+    assert carrier.calls == ["FR-7731"] * 2
+    result = namespace["result"]
+    stop = namespace["stop_of"](result)
+    assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS and result.output == stop.message
+    assert [tool for tool, _ in namespace["refusals_of"](result)] == ["track_parcel"] * 3
+
+
+def test_every_block_here_runs() -> None:
+    BLOCKS.assert_covered()

@@ -1,27 +1,49 @@
-"""The adapter README's Python blocks run as written, in order (the quick start's model is a scripted one)."""
+"""The README blocks of the Strands adapter (its own README, in order; its section of the root README) run as
+written, the model a scripted one (no key here)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
+from readme_blocks import Blocks
+from repeat_hooks_strands import StopReason
+from repeat_hooks_strands.testing import ScriptedModel, keep_calling
 
-README = Path(__file__).resolve().parents[3] / "adapters" / "strands" / "README.md"
+from .conftest import ARGS, STOPPED, Carrier
+
+BLOCKS = Blocks.owned_by(__file__)
+ROOT_SECTION = "Strands Agents (`repeat-hooks-strands`)"
 
 
+@BLOCKS.cover("Quick start", "Quick start [2]")
 def test_the_readme_blocks_run_in_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
-    assert len(blocks) == 2
     monkeypatch.chdir(tmp_path)  # the second block's sessions directory lands here
-    namespace: dict[str, object] = {"__name__": "readme"}
 
-    for block in blocks:
-        exec(compile(block, str(README), "exec"), namespace)
+    BLOCKS.run("Quick start", "Quick start [2]")
 
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("I stopped: I kept calling track_parcel")
     assert printed[-1].startswith("message='I stopped") and "reason=<StopReason.IGNORED_REFUSALS" in printed[-1]
     assert (tmp_path / "sessions" / "session_customer-42").is_dir()
+
+
+@BLOCKS.cover(ROOT_SECTION)
+def test_the_root_readme_section_runs_with_a_scripted_model(
+    carrier: Carrier, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = ScriptedModel(then=keep_calling("track_parcel", ARGS))
+
+    namespace = BLOCKS.run(ROOT_SECTION, given={"model": model, "track_parcel": carrier.tool})
+
+    assert carrier.calls == ["FR-7731"] * 2
+    stop = namespace["stop_of"](namespace["agent"])
+    assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
+    printed = capsys.readouterr().out.splitlines()  # Strands' default callback handler prints too
+    assert STOPPED in printed and printed[-1].startswith("message='I stopped")
+
+
+def test_every_block_here_runs() -> None:
+    BLOCKS.assert_covered()

@@ -9,7 +9,6 @@ it received to the ledger before answering.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from agents import (
 from agents.items import TResponseStreamEvent
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 from openai.types.responses.response_prompt_param import ResponsePromptParam
-from temporalio import activity
+from temporal_harness import KillAt, checkpoint
 
 from . import scenario
 
@@ -42,9 +41,9 @@ def _plain(item: Any) -> dict[str, Any]:
 
 
 class ScriptedModel(Model):
-    """Answers with ``scenario.script(step)``; blocks at ``kill_at`` (``model:N``) on a first attempt."""
+    """Answers with ``scenario.script(step)``; blocks at ``kill_at`` (``model:N``: model call N) on a first attempt."""
 
-    def __init__(self, ledger: Path, kill_at: scenario.KillAt | None = None) -> None:
+    def __init__(self, ledger: Path, kill_at: KillAt | None = None) -> None:
         self.ledger = ledger
         self.kill_at = kill_at
 
@@ -66,24 +65,11 @@ class ScriptedModel(Model):
         items = [{"role": "user", "content": input}] if isinstance(input, str) else [_plain(i) for i in input]
         calls = [i for i in items if i.get("type") == "function_call"]
         outputs = [i for i in items if i.get("type") == "function_call_output"]
-        received = [{"call_id": i["call_id"], "output": str(i.get("output"))} for i in outputs]
+        received = [str(i.get("output")) for i in outputs]
         step = scenario.step_of(str(c["call_id"]) for c in calls)
         wanted = scenario.script(step)
         ids = [scenario.call_id(step, index, items) for index in range(len(wanted))]
-        info = activity.info()
-        record = {
-            "kind": "model",
-            "workflow_id": info.workflow_id,
-            "activity_id": info.activity_id,
-            "attempt": info.attempt,
-            "pid": os.getpid(),
-            "step": step,
-            "received": received,
-            "emitted": ids,
-        }
-        scenario.append(self.ledger, record)
-        if self.kill_at == scenario.KillAt("model", step) and info.attempt == 1:
-            await scenario.block_until_killed(self.ledger, record, f"model:{step}")
+        await checkpoint(self.ledger, self.kill_at, "model", {"step": step, "received": received, "emitted": ids})
         output: list[Any]
         if wanted:
             output = [
@@ -127,7 +113,7 @@ class ScriptedModel(Model):
 class ScriptedModelProvider(ModelProvider):
     """Serves ``ScriptedModel`` for ``scenario.MODEL_NAME`` (and refuses any other name)."""
 
-    def __init__(self, ledger: Path, kill_at: scenario.KillAt | None = None) -> None:
+    def __init__(self, ledger: Path, kill_at: KillAt | None = None) -> None:
         self._model = ScriptedModel(ledger, kill_at)
 
     def get_model(self, model_name: str | None) -> Model:

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic_ai.models.function import AgentInfo
     from repeat_hooks_pydantic_ai import RepeatGuard, RepeatGuardStopped, refusals_of, stop_of
     from repeat_hooks_pydantic_ai.testing import ScriptedModel, call, step_of, tool_returns
+    from temporal_harness import tracking_status
     from temporalio.workflow import ActivityConfig
 
     from repeat_hooks import Policy
@@ -56,7 +57,7 @@ class LedgerModel(ScriptedModel):
 async def track_parcel(parcel_id: str) -> str:
     """Return the tracking status of a parcel."""
     await scenario.checkpoint("tool", {"parcel_id": parcel_id})
-    return scenario.tracking_status(parcel_id)
+    return tracking_status(parcel_id)
 
 
 agent: Agent[None, str] = Agent(

@@ -59,6 +59,7 @@ from repeat_hooks import (
     StopReason,
     StoreUnavailable,
     check_feeds,
+    observe,
     policy_from,
 )
 
@@ -100,7 +101,8 @@ class RepeatGuardHooks:
     One guard serves any number of sessions and queries at once. Setup mistakes fail at construction
     (``TypeError``, or ``GuardSetupError``: a budget Claude Code cannot feed, ``max_cost_usd`` without
     ``cost``); a tool name in ``limits``, ``exempt``, ``read_only`` or ``destructive`` that Claude Code does
-    not offer fails when the CLI lists its tools, out of the query.
+    not offer fails when the CLI lists its tools, out of the query; ``check_tools=False`` skips that check, for
+    tools an MCP server adds after the session started.
     """
 
     def __init__(
@@ -110,10 +112,14 @@ class RepeatGuardHooks:
         store: StateStore | None = None,
         cost: CostOf | None = None,
         fail_closed: bool = False,
+        check_tools: bool = True,
         **settings: Any,
     ) -> None:
         self.policy: Policy = policy_from(policy, settings, owner=_OWNER)
         """The settings; the counts live in ``store``."""
+        self.check_tools = check_tools
+        """``False``: the tool names in the policy are not checked against Claude Code's tools (for tools an MCP
+        server adds after the session started)."""
         check_feeds(
             self.policy,
             can={Feed.OUTCOMES, Feed.MODEL_CALLS} | ({Feed.COST} if cost is not None else set()),
@@ -351,7 +357,16 @@ class RepeatGuardHooks:
     @staticmethod
     def _hook(method: Callable[[Mapping[str, Any]], Awaitable[HookJSONOutput]]) -> HookCallback:
         async def callback(event: HookInput, tool_use_id: str | None, context: HookContext) -> HookJSONOutput:
-            return await method(event)
+            if not observe.OBSERVERS:
+                return await method(event)
+            # For the observers (repeat_hooks.otel: gen_ai.conversation.id, gen_ai.agent.name): the session, and
+            # the agent type Claude Code names inside a sub-agent or for a session started with --agent.
+            session, agent = event.get("session_id"), event.get("agent_type")
+            with observe.scope(
+                conversation_id=session if isinstance(session, str) else None,
+                agent_name=agent if isinstance(agent, str) else None,
+            ):
+                return await method(event)
 
         callback.__name__ = method.__name__
         return callback

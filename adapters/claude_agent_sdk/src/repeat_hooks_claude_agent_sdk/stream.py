@@ -258,7 +258,7 @@ class GuardedTransport(Transport):
         MCP server has connected (a server still connecting lists its tools later: then no check). A mistake
         is raised at the turn's result, once the hooks have refused every call and ended the turn (raised
         here, the CLI would wait for hook answers that never come before the SDK could stop it)."""
-        if self._checked:
+        if self._checked or not self._guard.check_tools:
             return None
         self._checked = True
         servers = message.get("mcp_servers") or []

@@ -44,12 +44,14 @@ Which callback does what:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.adk.agents.base_agent import BaseAgent
 from google.adk.agents.callback_context import CallbackContext
@@ -78,6 +80,7 @@ from repeat_hooks import (
     check_budgets,
     check_tool_names,
     error_text,
+    observe,
     policy_from,
 )
 from repeat_hooks.clock import monotonic
@@ -88,6 +91,7 @@ from .state import SCOPE_SEPARATOR, STATE_KEY, STOP_METADATA, ParsedStates
 if TYPE_CHECKING:
     from google.adk.agents.invocation_context import InvocationContext
     from google.adk.tools.tool_context import ToolContext
+    from opentelemetry.context import Context
 
 FailureCheck = Callable[[dict[str, Any]], bool]
 """Says whether a tool's response dict reports a failure (for tools that return errors instead of raising)."""
@@ -120,6 +124,57 @@ def refusal_of(tool_response: Any) -> Refusal | None:
     """The guard's ``Refusal`` if ``tool_response`` (what an ``after_tool_callback`` receives) is the guard's
     answer to a refused call, else ``None`` (the tool ran, or another callback answered)."""
     return tool_response.refusal if isinstance(tool_response, Refused) else None
+
+
+def _traced_context() -> Context | None:
+    """The OpenTelemetry context of the model call starting now, kept for its response's decisions (``None``
+    with no observer registered: nothing would read it, and OpenTelemetry is not imported)."""
+    if not observe.OBSERVERS:
+        return None
+    from opentelemetry import context  # ADK's own dependency
+
+    return context.get_current()
+
+
+@contextlib.contextmanager
+def _traced_in(context: Context | None) -> Iterator[None]:
+    """Within the block, ``context`` (a model call's, from ``_traced_context``) is the current OpenTelemetry
+    context. ADK hands the plugin a model response's event in the invocation's context, where the model call's
+    span (``call_llm``; in ADK 2.13 the agent's ``invoke_agent``, which covers its model calls) is not current:
+    deciding the response's calls in the model call's context puts the observers' refusal events on that span."""
+    if context is None:
+        yield
+        return
+    from opentelemetry.context import attach, detach
+
+    token = attach(context)
+    try:
+        yield
+    finally:
+        detach(token)
+
+
+_Callback = TypeVar("_Callback", bound=Callable[..., Awaitable[Any]])
+
+
+def _in_scope(callback: _Callback) -> _Callback:
+    """Runs a plugin callback in ``observe.scope(...)``: the session's id and the running agent's name (an
+    event's author), which the observers read (``repeat_hooks.otel``: ``gen_ai.conversation.id``,
+    ``gen_ai.agent.name``). With no observer registered it runs the callback as it is."""
+
+    @functools.wraps(callback)
+    async def scoped(self: Any, **kwargs: Any) -> Any:
+        if not observe.OBSERVERS:
+            return await callback(self, **kwargs)
+        context = kwargs.get("invocation_context") or kwargs.get("callback_context") or kwargs.get("tool_context")
+        invocation = getattr(context, "_invocation_context", context)  # a CallbackContext's (a ToolContext's)
+        session = getattr(invocation, "session", None)
+        event = kwargs.get("event")
+        agent = event.author if isinstance(event, Event) else getattr(getattr(invocation, "agent", None), "name", None)
+        with observe.scope(conversation_id=getattr(session, "id", None), agent_name=agent):
+            return await callback(self, **kwargs)
+
+    return scoped  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -193,7 +248,9 @@ class RepeatGuardPlugin(BasePlugin):
         )
         self._checked_trees: set[int] = set()
         self._started: dict[int, float] = {}
-        self._offered: OrderedDict[tuple[str, str, str], tuple[dict[str, BaseTool], Scope]] = OrderedDict()
+        self._offered: OrderedDict[tuple[str, str, str], tuple[dict[str, BaseTool], Scope, Context | None]] = (
+            OrderedDict()
+        )
         self._decided: OrderedDict[tuple[str, str], list[_Decided]] = OrderedDict()
         self._iterations: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._delivered: OrderedDict[str, Stop] = OrderedDict()
@@ -320,6 +377,7 @@ class RepeatGuardPlugin(BasePlugin):
 
     # -- model ---------------------------------------------------------------------------------
 
+    @_in_scope
     async def before_model_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest
     ) -> LlmResponse | None:
@@ -348,7 +406,7 @@ class RepeatGuardPlugin(BasePlugin):
                 self._states.write(callback_context, state, scope.key)
             return self._end(callback_context, stop)
         offered = (callback_context.invocation_id, callback_context.agent_name, context.branch or "")
-        _bounded_put(self._offered, offered, (llm_request.tools_dict, scope))
+        _bounded_put(self._offered, offered, (llm_request.tools_dict, scope, _traced_context()))
         if context.live_request_queue is not None:
             _bounded_put(self._live_tools, offered, llm_request.tools_dict)
         # on_event_callback writes it into the response's event (on_model_error_callback, on an error).
@@ -374,6 +432,7 @@ class RepeatGuardPlugin(BasePlugin):
         context.actions.escalate = True
         return stop_response(stop)
 
+    @_in_scope
     async def after_model_callback(
         self, *, callback_context: CallbackContext, llm_response: LlmResponse
     ) -> LlmResponse | None:
@@ -411,6 +470,7 @@ class RepeatGuardPlugin(BasePlugin):
 
     # -- events --------------------------------------------------------------------------------
 
+    @_in_scope
     async def on_event_callback(self, *, invocation_context: InvocationContext, event: Event) -> Event | None:
         """Fires for each event before the session service appends it (ADK holds the agent until then).
 
@@ -425,7 +485,9 @@ class RepeatGuardPlugin(BasePlugin):
         if not event.partial and content is not None and content.role == "model":
             offered = self._offered.pop((invocation_context.invocation_id, event.author, event.branch or ""), None)
             if offered is not None:  # the response to a model call this plugin let through
-                self._respond(invocation_context, event, *offered)
+                offered_tools, scope, traced = offered
+                with _traced_in(traced):
+                    self._respond(invocation_context, event, offered_tools, scope)
                 return None
             tools = self._live_tools.get((invocation_context.invocation_id, event.author, event.branch or ""))
             if tools is not None and event.get_function_calls():
@@ -492,6 +554,7 @@ class RepeatGuardPlugin(BasePlugin):
 
     # -- tools ---------------------------------------------------------------------------------
 
+    @_in_scope
     async def before_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
     ) -> dict[str, Any] | None:
@@ -506,7 +569,12 @@ class RepeatGuardPlugin(BasePlugin):
             call, refusal, scope = decided.call, decided.refusal, decided.scope
         else:
             scope = self.scope_of(tool_context._invocation_context)
-            call = tool_call(tool, tool_args, tool_context.function_call_id)
+            call_id = tool_context.function_call_id
+            if tool_context.tool_confirmation is not None and tool_context.tool_confirmation.confirmed:
+                # Its ask was taken back out of the count: the run a human approved is decided and counted
+                # afresh (under its own id, not as a replay of the ask's decision).
+                call_id = f"{call_id}#confirmed"
+            call = tool_call(tool, tool_args, call_id)
             state = self._load(tool_context, scope.key)
             refusal = self.policy.decide_tool_call(state, call, turn_id=scope.turn_id)
             if refusal is not None or isinstance(tool, AgentTool):
@@ -522,6 +590,7 @@ class RepeatGuardPlugin(BasePlugin):
         _enclosing_turn.set(self.turn_of(tool_context.invocation_id))  # this call's task only: ADK runs each in a task
         return None
 
+    @_in_scope
     async def after_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext, result: dict[str, Any]
     ) -> dict[str, Any] | None:
@@ -543,6 +612,7 @@ class RepeatGuardPlugin(BasePlugin):
         self._record(tool_context, ok, model_view(result, tool))
         return None
 
+    @_in_scope
     async def on_tool_error_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext, error: Exception
     ) -> dict[str, Any] | None:

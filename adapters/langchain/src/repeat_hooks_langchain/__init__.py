@@ -20,7 +20,6 @@ from repeat_hooks import Policy, Stop, StopReason, TokenPrices
 
 from .calls import model_view
 from .guard import RepeatGuardMiddleware
-from .review import skip_refused
 from .state import STATE_KEY, RepeatGuardState, guard_state_of, stop_of
 
 __all__ = [
@@ -33,7 +32,6 @@ __all__ = [
     "TokenPrices",
     "guard_state_of",
     "model_view",
-    "skip_refused",
     "stop_of",
 ]
 

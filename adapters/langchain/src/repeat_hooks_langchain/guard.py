@@ -1,7 +1,7 @@
 """``RepeatGuardMiddleware``: repeat-hooks as a LangChain v1 agent middleware for ``create_agent``.
 
 Where each rule of the guard runs in the agent's graph (the loop's own nodes do the work; the guard adds
-one ``before_model`` node per step, as ``ModelCallLimitMiddleware`` does):
+one ``before_model`` node per step, as ``ModelCallLimitMiddleware`` does, and one ``after_agent`` node):
 
 - ``before_agent`` (once per ``invoke`` / ``ainvoke`` / ``stream`` / ``astream``; not again when an
   interrupted run resumes): a new turn.
@@ -14,11 +14,15 @@ one ``before_model`` node per step, as ``ModelCallLimitMiddleware`` does):
 - ``wrap_model_call`` (inside the model node): times the call, counts it with its cost from
   ``usage_metadata``, and decides every tool call of the response as one batch
   (``Policy.decide_tool_calls``), before any of them runs, so the results of parallel calls never restart
-  each other's counts. The decisions are committed with the response in one checkpoint, before any
-  ``after_model`` hook (``HumanInTheLoopMiddleware``'s review among them) sees the response.
-- ``wrap_tool_call`` (one per tool call, in parallel): a refused call gets the refusal as its
-  ``ToolMessage`` and the tool does not run; an allowed call runs as usual; a call a reviewer edited is
-  decided afresh on its new arguments.
+  each other's counts. A refused call is answered there (``refusal.refuse``): it leaves the response's
+  ``tool_calls`` for its ``invalid_tool_calls``, and its refusal follows as its ``ToolMessage``. So no
+  ``after_model`` hook (``HumanInTheLoopMiddleware``'s batched review among them) and no tool-call hook (its
+  per-call review) ever sees it as a call to make, and the tool node does not run it. The decisions are
+  committed with the response in one checkpoint.
+- ``wrap_tool_call`` (one per tool call, in parallel): an allowed call runs as usual; a call a reviewer
+  edited is decided afresh on its new arguments (refused: the refusal is its ``ToolMessage``).
+- ``after_agent`` (when the loop ends): when it ended only because every call of the last response was
+  refused, jumps back to the model (``{"jump_to": "model"}``), which reads the refusals in the same turn.
 
 The counters live in the graph state under ``repeat_guard`` (see ``state``), so they are checkpointed
 with the thread. The middleware object holds settings only: one compiled agent serves every thread.
@@ -26,8 +30,9 @@ with the thread. The middleware object holds settings only: one compiled agent s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 from langchain.agents.middleware import (
     AgentMiddleware,
@@ -40,6 +45,7 @@ from langchain.agents.middleware import (
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langchain_core.messages import ToolCall as LangChainToolCall
 from langchain_core.messages.tool import tool_call
+from langgraph.config import get_config
 from langgraph.errors import GraphInterrupt
 from langgraph.runtime import Runtime
 from langgraph.types import Command
@@ -52,6 +58,7 @@ from repeat_hooks import (
     Stopwatch,
     check_budgets,
     check_tool_names,
+    observe,
     policy_from,
 )
 from repeat_hooks.clock import monotonic
@@ -74,7 +81,8 @@ from .calls import (
     same_call,
     tool_hints,
 )
-from .state import HINTS_KEY, REFUSALS_KEY, STATE_KEY, RepeatGuardState, dump_state, load_state
+from .refusal import ended_on_refusals, kept_positions, refuse
+from .state import HINTS_KEY, STATE_KEY, UNDECIDED_KEY, RepeatGuardState, dump_state, load_state
 
 ModelHandler = Callable[[ModelRequest[Any]], ModelResponse[Any]]
 AsyncModelHandler = Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
@@ -82,6 +90,32 @@ ToolHandler = Callable[[ToolCallRequest], ToolMessage | Command[Any]]
 AsyncToolHandler = Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
 
 OWNER = "RepeatGuardMiddleware"
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _scoped(hook: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``hook``, its observations (``repeat_hooks.observe``, OpenTelemetry) in the run's thread (``thread_id``)
+    and agent (``create_agent(name=...)``); with no observer registered, ``hook`` as it is."""
+
+    @functools.wraps(hook)
+    def scoped(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if not observe.OBSERVERS:
+            return hook(*args, **kwargs)
+        try:
+            config = get_config()
+        except RuntimeError:  # not inside a graph run
+            config = {}
+        thread = (config.get("configurable") or {}).get("thread_id")
+        name = (config.get("metadata") or {}).get("lc_agent_name")
+        with observe.scope(
+            conversation_id=None if thread is None else str(thread), agent_name=name if isinstance(name, str) else None
+        ):
+            return hook(*args, **kwargs)
+
+    return scoped
+
 
 RAN_KEY = "repeat_guard_ran"
 """The ``response_metadata`` key of the ``ToolMessage`` of a call a reviewer edited: the call as it was
@@ -91,8 +125,8 @@ the model (chat model integrations do not send ``response_metadata``)."""
 PER_CALL_ORDER = (
     "HumanInTheLoopMiddleware(interrupt_mode='per_call') reviews a call inside the tool-call chain, and it is "
     "listed after RepeatGuardMiddleware, so a reviewer's edit would run without being decided; list it first: "
-    "create_agent(..., middleware=[HumanInTheLoopMiddleware(interrupt_on=skip_refused({...}), "
-    "interrupt_mode='per_call'), RepeatGuardMiddleware(...)])"
+    "create_agent(..., middleware=[HumanInTheLoopMiddleware(interrupt_on={...}, interrupt_mode='per_call'), "
+    "RepeatGuardMiddleware(...)])"
 )
 
 
@@ -110,10 +144,13 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
     ``max_cost_usd`` is set. ``clock``: times each model call for ``max_model_seconds``
     (``repeat_hooks.clock.monotonic``; ``None``: 0 seconds). A setting the middleware could not feed fails
     here, with ``repeat_hooks.GuardSetupError``; a tool named in the policy that the agent does not have
-    fails at the agent's first tool call, when the tool node's full list is known.
+    fails at the agent's first tool call, when the tool node's full list is known. ``check_tools=False``
+    skips that check, for tools a middleware adds at run time (``request.tools`` in ``wrap_model_call``,
+    run in ``wrap_tool_call``: an MCP server's tools loaded mid-run), which the tool node's list never holds.
 
-    With ``HumanInTheLoopMiddleware``: pass its ``interrupt_on`` through ``skip_refused`` so nobody is asked
-    about a call the guard refused, and list it before the guard.
+    With ``HumanInTheLoopMiddleware`` as it comes (``interrupt_on={"refund_order": True}``): nobody is asked
+    about a call the guard refused, in either interrupt mode; a ``"per_call"`` review must be listed before
+    the guard (listed after it, it fails at its first review, before anyone is asked).
     """
 
     state_schema = RepeatGuardState
@@ -124,6 +161,7 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         *,
         cost: CostOf | None = None,
         clock: Clock | None = monotonic,
+        check_tools: bool = True,
         **settings: Any,
     ) -> None:
         super().__init__()
@@ -135,10 +173,12 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         self.clock = clock
         """Times each model call, for ``max_model_seconds`` (``None``: 0 seconds)."""
         policy = self.policy
-        self._names_tools = bool(policy.limits or policy.exempt or policy.read_only or policy.destructive)
+        names_tools = bool(policy.limits or policy.exempt or policy.read_only or policy.destructive)
+        self._names_tools = check_tools and names_tools
 
     # -- a turn --------------------------------------------------------------------------------------
 
+    @_scoped
     def before_agent(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Fires once per ``invoke`` / ``stream`` (not on a resume): starts a turn. Returns the reset counters."""
         guard = load_state(state)
@@ -165,19 +205,37 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         """``before_model`` for ``ainvoke`` / ``astream``."""
         return self._before_model(state)
 
+    @_scoped
     def _before_model(self, state: Mapping[str, Any]) -> dict[str, Any]:
         guard = load_state(state)
         hints = load_hints(state.get(HINTS_KEY))
-        self._record_outcomes(guard, state.get("messages", ()), state.get(REFUSALS_KEY) or {}, hints)
+        self._record_outcomes(guard, state.get("messages", ()), state.get(UNDECIDED_KEY) or (), hints)
         stop = self.policy.decide_model_call(guard)
         update: dict[str, Any] = {STATE_KEY: dump_state(guard)}
         if stop is not None:
             update["jump_to"] = "end"
             update["messages"] = [AIMessage(content=stop.message)]
-            for key in (REFUSALS_KEY, HINTS_KEY):
-                if state.get(key):
-                    update[key] = {}
+            if state.get(UNDECIDED_KEY):
+                update[UNDECIDED_KEY] = []
+            if state.get(HINTS_KEY):
+                update[HINTS_KEY] = {}
         return update
+
+    # -- the end of the loop -------------------------------------------------------------------------
+
+    @hook_config(can_jump_to=["model"])
+    def after_agent(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Fires when the agent loop ends (before ``invoke`` returns). When it ended only because the guard
+        refused every call of the model's last response (no call was left for the tool node), returns
+        ``{"jump_to": "model"}``: the model reads the refusals and answers again, in the same turn. Else
+        ``None``.
+        """
+        return {"jump_to": "model"} if ended_on_refusals(state.get("messages", ())) else None
+
+    @hook_config(can_jump_to=["model"])
+    async def aafter_agent(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """``after_agent`` for ``ainvoke`` / ``astream``."""
+        return self.after_agent(state, runtime)
 
     # -- model calls ---------------------------------------------------------------------------------
 
@@ -185,9 +243,9 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         self, request: ModelRequest[Any], handler: ModelHandler
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """Fires around each model call (inside the model node): times it, then counts it (seconds, cost)
-        and decides its response's tool calls as one batch. Returns the model's response unchanged, with
-        the counters and decisions as a state update. A model call that raises is not counted (the error
-        reaches the caller).
+        and decides its response's tool calls as one batch. Returns the model's response with each refused
+        call answered by its refusal (``refusal.refuse``), and the counters as a state update. A model call
+        that raises is not counted (the error reaches the caller).
         """
         watch = Stopwatch(self.clock)
         watch.start()
@@ -206,8 +264,9 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
     # -- tool calls ----------------------------------------------------------------------------------
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: ToolHandler) -> ToolMessage | Command[Any]:
-        """Fires around each tool call: a refused call returns its refusal as its ``ToolMessage``
-        (``status="error"``) without calling ``handler``; an allowed one returns ``handler``'s result.
+        """Fires around each tool call the guard allowed: returns ``handler``'s result. A call a reviewer
+        edited is decided afresh on its new arguments: refused, it returns the refusal as its ``ToolMessage``
+        (``status="error"``) without calling ``handler``.
         """
         verdict = self._verdict(request)
         if verdict.refusal is not None:
@@ -231,6 +290,7 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
 
     # -- helpers -------------------------------------------------------------------------------------
 
+    @_scoped
     def _after_model(
         self, request: ModelRequest[Any], watch: Stopwatch, response: ModelResponse[Any]
     ) -> ExtendedModelResponse[Any]:
@@ -256,24 +316,29 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         # No delivery id: the count is committed with the response in one checkpoint, so a model node that
         # runs again (a crash before the commit) is a new, real model call.
         self.policy.record_model_call(guard, seconds=seconds, cost_usd=cost)
-        decisions: dict[str, str] = {}
         # Calls the model node answered itself (structured output with ToolStrategy) never reach a tool.
         answered = {m.tool_call_id for m in response.result if isinstance(m, ToolMessage)}
         # The tool node runs the calls of the last AIMessage (``factory.py:2008``).
-        calls = next((message.tool_calls for message in reversed(messages) if message.tool_calls), [])
+        last = next((candidate for candidate in reversed(messages) if candidate.tool_calls), None)
+        calls = [] if last is None else last.tool_calls
+        skipped = {position for position, call in enumerate(calls) if call.get("id") and call["id"] in answered}
+        batch = [position for position in range(len(calls)) if position not in skipped]
+        refused: dict[int, str] = {}
         if calls:
-            skipped = {position for position, call in enumerate(calls) if call.get("id") and call["id"] in answered}
-            batch = [position for position in range(len(calls)) if position not in skipped]
             refusals = self.policy.decide_tool_calls(guard, [guard_call(calls[position], hints) for position in batch])
-            for position in skipped:
-                decisions[str(position)] = ""  # not the guard's to decide
             for position, refusal in zip(batch, refusals, strict=True):
                 if refusal is not None:
-                    decisions[str(position)] = refusal.message
+                    refused[position] = refusal.message
+        kept = kept_positions(len(calls), refused)
+        if last is not None and refused:
+            response = ModelResponse(
+                result=refuse(response.result, last, refused), structured_response=response.structured_response
+            )
         update: dict[str, Any] = {STATE_KEY: dump_state(guard)}
-        if decisions or state.get(REFUSALS_KEY):
-            update[REFUSALS_KEY] = decisions  # written when there is something to set or to clear
-        batch_hints = dump_hints(hints, [call["name"] for call in calls])
+        undecided = sorted(kept[position] for position in skipped)  # not the guard's to decide
+        if undecided or state.get(UNDECIDED_KEY):
+            update[UNDECIDED_KEY] = undecided  # written when there is something to set or to clear
+        batch_hints = dump_hints(hints, [calls[position]["name"] for position in kept])
         if batch_hints or state.get(HINTS_KEY):
             update[HINTS_KEY] = batch_hints
         return ExtendedModelResponse(model_response=response, command=Command(update=update))
@@ -282,7 +347,7 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         self,
         guard: GuardState,
         messages: Sequence[AnyMessage],
-        decisions: Mapping[str, str],
+        undecided: Sequence[int],
         hints: Mapping[str, Hints],
     ) -> None:
         """Records the outcome of each call of the last batch: what ran, as the model read it.
@@ -295,35 +360,30 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
             return
         calls = message.tool_calls
         for answer, position in zip(answers, answered_positions(calls, answers), strict=True):
-            if position is None:
-                continue  # not asked for in this message
-            decided = decisions.get(str(position))
-            if decided == "":
-                continue  # not the guard's (a structured-output call)
-            allowed = decided is None
+            if position is None or position in undecided:
+                continue  # a refusal (its call left tool_calls), or not the guard's (a structured-output call)
             original = guard_call(calls[position], hints)
             ran = answer.response_metadata.get(RAN_KEY) if isinstance(answer.response_metadata, dict) else None
             if isinstance(ran, dict) and isinstance(ran.get("name"), str):
                 # A reviewer replaced the call: the original did not run; the new one was decided in the tool node.
-                if allowed:
-                    self.policy.withdraw_tool_call(guard, original)
+                self.policy.withdraw_tool_call(guard, original)
                 args = ran.get("args")
                 ran_call = tool_call(name=ran["name"], args=args if isinstance(args, dict) else {}, id=None)
                 edited = guard_call(ran_call, hints)
                 if self.policy.decide_tool_call(guard, edited) is None and not ran.get("refused"):
                     self.policy.record_tool_result(guard, edited, ok=not failed(answer), result=model_view(answer))
                 continue
-            if not allowed:
-                continue  # refused by the guard: nothing ran
             if rejected_by_reviewer(answer):
                 self.policy.withdraw_tool_call(guard, original)
                 continue
             # What the model read of the result (content, block ids left out), not the message object.
             self.policy.record_tool_result(guard, original, ok=not failed(answer), result=model_view(answer))
 
+    @_scoped
     def _verdict(self, request: ToolCallRequest) -> _Verdict:
-        """What to do with the call ``request`` runs: its refusal as a ``ToolMessage``, or run it (and, when a
-        reviewer edited it, the call that runs, for the next step's counts)."""
+        """What to do with the call ``request`` runs (one the guard allowed, or a reviewer's edit of it): run it
+        (and, when a reviewer edited it, the call that runs, for the next step's counts), or, for an edit the
+        guard refuses, its refusal as a ``ToolMessage``."""
         self._check_tool_names(request)
         state = request.state
         call = request.tool_call
@@ -331,22 +391,15 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         position = None if message is None else request_position(message, call)
         if message is None or position is None:
             return _RUN
-        decisions: Mapping[str, str] = state.get(REFUSALS_KEY) or {}
-        decided = decisions.get(str(position))
-        if decided == "":
-            return _RUN  # not the guard's to decide
         original = message.tool_calls[position]
         running = edit_of(state.get(HITL_EDITS_KEY), call) or call
         if same_call(original, running):
-            if decided is None:
-                return _RUN
-            return _Verdict(_refusal_message(call, decided), None)
+            return _RUN
         # A reviewer replaced the call: decide the new one afresh, on the counts as the model node left them.
         hints = load_hints(state.get(HINTS_KEY))
         hints.update(tool_hints(getattr(request.runtime, "tools", None) or ()))
         guard = load_state(state)
-        if decided is None:
-            self.policy.withdraw_tool_call(guard, guard_call(original, hints))
+        self.policy.withdraw_tool_call(guard, guard_call(original, hints))
         refusal = self.policy.decide_tool_call(guard, guard_call(running, hints))
         ran = {"name": running["name"], "args": running.get("args"), "refused": refusal is not None}
         if refusal is not None:
@@ -375,11 +428,14 @@ class _Verdict(NamedTuple):
 _RUN = _Verdict(None, None)
 
 
-def _refusal_message(call: LangChainToolCall, text: str, ran: dict[str, Any] | None = None) -> ToolMessage:
-    """A refusal as the call's ``ToolMessage`` (``status="error"``)."""
-    metadata = {RAN_KEY: ran} if ran is not None else {}
+def _refusal_message(call: LangChainToolCall, text: str, ran: dict[str, Any]) -> ToolMessage:
+    """The refusal of a reviewer's edit as the call's ``ToolMessage`` (``status="error"``)."""
     return ToolMessage(
-        content=text, tool_call_id=call.get("id") or "", name=call["name"], status="error", response_metadata=metadata
+        content=text,
+        tool_call_id=call.get("id") or "",
+        name=call["name"],
+        status="error",
+        response_metadata={RAN_KEY: ran},
     )
 
 

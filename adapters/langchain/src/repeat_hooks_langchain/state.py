@@ -22,9 +22,9 @@ from repeat_hooks import load_state as load_guard_state
 STATE_KEY = "repeat_guard"
 """The graph-state key holding ``GuardState.model_dump(mode="json")`` (digests and tool names, no arguments)."""
 
-REFUSALS_KEY = "repeat_guard_refusals"
-"""The graph-state key holding the decisions of the last model response for the tool node:
-``{position of the call in the AIMessage: refusal text}``, ``""`` for a call the guard did not decide."""
+UNDECIDED_KEY = "repeat_guard_undecided"
+"""The graph-state key holding the positions, in the last model response's ``tool_calls``, of the calls the
+guard did not decide (structured output's, answered in the model node): their answers are not results."""
 
 
 HINTS_KEY = "repeat_guard_hints"
@@ -40,8 +40,8 @@ class RepeatGuardState(AgentState[Any]):
     """
 
     repeat_guard: NotRequired[Annotated[dict[str, Any], OmitFromInput]]
-    repeat_guard_refusals: NotRequired[Annotated[dict[str, str], PrivateStateAttr]]
-    """The refusals of the last model response, for the tool node: written with the decisions."""
+    repeat_guard_undecided: NotRequired[Annotated[list[int], PrivateStateAttr]]
+    """The calls of the last model response the guard did not decide: written with the decisions."""
     repeat_guard_hints: NotRequired[Annotated[dict[str, list[bool | None]], PrivateStateAttr]]
     """The effect hints of the last model response's tools: written with the decisions."""
 

@@ -42,6 +42,7 @@ from mistralai.vibe_agents.sdk.authoring.contracts import HookContext
 from mistralai.vibe_agents.sdk.transport.results import RunResult, run_one_turn
 
 from repeat_hooks import Feed, GuardState, Policy, StateStore, Stop, check_feeds, check_tool_names
+from repeat_hooks.observe import scope
 
 from . import settings
 from .calls import agent_tool_names, delivery_id, model_view, succeeded, tool_call
@@ -268,7 +269,9 @@ class RepeatGuardHook(agents.Hook, metaclass=settings.GuardClass):
     @classmethod
     async def _update(cls, ctx: HookContext, change: Callable[[GuardState], T]) -> T:
         key = cls.state_key(ctx.session.id)
-        result = await cls.store.update(key, change)
+        # What the verb decides is observed (repeat_hooks.observe, OpenTelemetry) as the session's, and the agent's.
+        with scope(conversation_id=ctx.session.id, agent_name=_agent_name(ctx)):
+            result = await cls.store.update(key, change)
         OUTAGES.clear(key)
         return result
 
@@ -296,6 +299,12 @@ _MAX_CHECKED = 64
 
 def _turn_id(ctx: HookContext) -> str | None:
     return ctx.session.turn_id or None
+
+
+def _agent_name(ctx: HookContext) -> str | None:
+    """The agent's ``name`` (``agents.Agent(name=...)``), from the harness definition; ``None`` if it holds none."""
+    name = getattr(getattr(ctx.harness, "agent_config", None), "name", None)
+    return name if isinstance(name, str) and name else None
 
 
 def _run_tool(call: PreToolCallHookInvocation) -> PreToolCallHookContinue:

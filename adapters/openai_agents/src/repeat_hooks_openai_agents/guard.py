@@ -35,6 +35,7 @@ it, build the tool from a guarded agent: ``guard_agent(other).as_tool(...)``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import weakref
@@ -76,6 +77,7 @@ from repeat_hooks import (
     batch_call_ids,
     check_budgets,
     check_tool_names,
+    observe,
     policy_from,
 )
 from repeat_hooks.clock import monotonic
@@ -94,6 +96,7 @@ from .state import (
     turn_in_run,
     turn_of,
 )
+from .tracing import last_event, trace_events
 
 TContext = TypeVar("TContext")
 _ALLOW = ToolGuardrailFunctionOutput.allow()
@@ -117,6 +120,7 @@ def guard_agent(
     clock: Clock | None = monotonic,
     is_failure: FailureCheck | None = None,
     on_stop: OnStop = "reply",
+    check_tools: bool = True,
     **settings: Any,
 ) -> Agent[TContext]:
     """A guarded clone of ``agent``; call it once at start-up and share the result across runs.
@@ -129,14 +133,19 @@ def guard_agent(
     raised or timed out (``is_sdk_error``). ``on_stop``: how a stop ends a text agent's run: ``"reply"`` (its
     ``final_output`` is the stop's message) or ``"raise"`` (``RepeatGuardStopped``, as the SDK raises
     ``MaxTurnsExceeded``); an agent with a structured ``output_type`` always raises, so that its output
-    guardrails, ``on_end`` hooks and callers never receive the stop text as its output.
+    guardrails, ``on_end`` hooks and callers never receive the stop text as its output. ``check_tools``: at
+    the first model call, the tool names of ``limits``, ``exempt``, ``read_only`` and ``destructive`` must be
+    tools of the guarded agents or of their MCP servers; ``False`` for tools that appear later (an MCP server
+    whose tool list changes during the run).
 
     Run the clone with the conversation's state in its context: ``Runner.run(agent, input,
     context=GuardState())``. Raises ``GuardSetupError`` at once for a budget nothing feeds
     (``max_cost_usd`` without ``cost``, ``max_model_seconds`` with ``clock=None``), ``TypeError`` for a
     policy given wrongly. Guarding a guarded agent replaces its guard (nothing is attached twice).
     """
-    guard = RepeatGuardHooks(policy, cost=cost, clock=clock, is_failure=is_failure, on_stop=on_stop, **settings)
+    guard = RepeatGuardHooks(
+        policy, cost=cost, clock=clock, is_failure=is_failure, on_stop=on_stop, check_tools=check_tools, **settings
+    )
     return _Guarding(guard).agent(agent)
 
 
@@ -158,6 +167,7 @@ class RepeatGuardHooks(AgentHooks[Any]):
         is_failure: FailureCheck | None = None,
         on_stop: OnStop = "reply",
         inner: AgentHooks[Any] | None = None,
+        check_tools: bool = True,
         **settings: Any,
     ) -> None:
         self.policy: Policy = policy_from(policy, settings, owner=_OWNER, spelling=_SPELLING)
@@ -175,6 +185,8 @@ class RepeatGuardHooks(AgentHooks[Any]):
             )
         self.on_stop: OnStop = on_stop
         """``"reply"``: a text agent's stopped run ends with the stop's message; ``"raise"``: every stop raises."""
+        self.check_tools = check_tools
+        """Whether the first model call checks the tool names the policy names (``False``: tools appear later)."""
         self.inner: AgentHooks[Any] | None = inner.inner if isinstance(inner, RepeatGuardHooks) else inner
         """The agent's own hooks, called after the guard's work."""
         check_budgets(self.policy, owner=_OWNER, cost=cost, clock=clock, error=GuardSetupError)
@@ -200,7 +212,8 @@ class RepeatGuardHooks(AgentHooks[Any]):
         if turn_of(context.usage) is not None:
             turn_in_run(state, context.usage)  # a handoff or a nested run: the turn goes on, if it is still ours
         else:
-            self.policy.start_turn(state, turn_id=turn_for_run(context.usage, state))
+            with _observed(agent.name):
+                self.policy.start_turn(state, turn_id=turn_for_run(context.usage, state))
         if self.inner is not None:
             await self.inner.on_start(context, agent)
 
@@ -220,7 +233,7 @@ class RepeatGuardHooks(AgentHooks[Any]):
         state = require_state(context.context)
         run = run_of(context.usage)
         check_turn(state, run, context.usage)
-        if not self._graph.checked:
+        if self.check_tools and not self._graph.checked:
             await self._check_tool_names(context)
         if self.clock is not None and run is not None:
             run.stopwatches.setdefault(id(context), Stopwatch(self.clock)).start()
@@ -247,8 +260,9 @@ class RepeatGuardHooks(AgentHooks[Any]):
                 fail(usage, _no_usage(agent, self.policy.max_cost_usd))
             cost = self.cost(response.usage)
         seconds = stopwatch.seconds() if stopwatch is not None else 0.0
-        self.policy.record_model_call(state, seconds=seconds, cost_usd=cost, turn_id=turn_id)
-        self._decide_batch(state, run, turn_id, agent, response)
+        with _observed(agent.name):
+            self.policy.record_model_call(state, seconds=seconds, cost_usd=cost, turn_id=turn_id)
+            self._decide_batch(state, run, turn_id, agent, response)
         if self.inner is not None:
             await self.inner.on_llm_end(context, agent, response)
 
@@ -258,10 +272,12 @@ class RepeatGuardHooks(AgentHooks[Any]):
         calls = batch_of(response, agent, _server_hints(agent), run.invoked if run is not None else {})
         if not calls:
             return
+        since = last_event(state)
         if run is not None and run.batched_at == state.turn.responses:
             # No EndTurn since the last batch (a response that also handed off): open a new response first.
             self.policy.decide_model_call(state, turn_id=turn_id)
         decisions = self.policy.decide_tool_calls(state, calls, turn_id=turn_id)
+        trace_events(state, since, calls, decisions)
         if run is None:
             return  # a resumed run's response: its calls keep their own ids
         # Known before the SDK asks a human about any of them (AskUnlessRefused): a refused call is never asked.
@@ -334,6 +350,15 @@ def _no_usage(agent: Agent[Any], budget: float) -> GuardSetupError:
     )
 
 
+def _observed(agent_name: str | None) -> contextlib.AbstractContextManager[object]:
+    """The observers' scope of a hook call: the running agent's name (``repeat_hooks.otel``'s
+    ``gen_ai.agent.name``); nothing to enter with no observer registered."""
+    return observe.scope(agent_name=agent_name) if observe.OBSERVERS else _UNOBSERVED
+
+
+_UNOBSERVED = contextlib.nullcontext()
+
+
 def guard_of(agent: Any) -> RepeatGuardHooks | None:
     """The guard on ``agent`` (its ``hooks``), or ``None`` for an agent not built with ``guard_agent``."""
     hooks = getattr(agent, "hooks", None)
@@ -377,7 +402,8 @@ class RefuseRepeats:
         if run is not None and call_id:
             call_id = run.batch_id(call_id, tool_context.tool_name, tool_context.tool_arguments)
             run.claimed[id(tool_context)] = call_id
-        refusal = guard.policy.decide_tool_call(state, call_of(tool_context, self.hints, call_id), turn_id=turn_id)
+        with _observed(data.agent.name):
+            refusal = guard.policy.decide_tool_call(state, call_of(tool_context, self.hints, call_id), turn_id=turn_id)
         if refusal is None:
             return _ALLOW
         if run is not None:
@@ -416,13 +442,14 @@ class RecordOutcome:
         call_id = run.claimed.pop(id(tool_context), None) if run is not None else None
         call = call_of(tool_context, self.hints, call_id or tool_context.tool_call_id)
         output = data.output
-        guard.policy.record_tool_result(
-            state,
-            call,
-            ok=not failed(output, guard.is_failure),
-            result=model_view(output, self.output_type),
-            turn_id=turn_id,
-        )
+        with _observed(data.agent.name):
+            guard.policy.record_tool_result(
+                state,
+                call,
+                ok=not failed(output, guard.is_failure),
+                result=model_view(output, self.output_type),
+                turn_id=turn_id,
+            )
         return _ALLOW
 
 
@@ -466,12 +493,16 @@ class EndTurn:
     count (``Policy.withdraw_tool_call``) before the stop is decided.
     """
 
-    def __init__(self, original: ToolUseBehavior, guard: RepeatGuardHooks, *, raises: bool = False) -> None:
+    def __init__(
+        self, original: ToolUseBehavior, guard: RepeatGuardHooks, *, raises: bool = False, agent_name: str | None = None
+    ) -> None:
         self.original: ToolUseBehavior = original.original if isinstance(original, EndTurn) else original
         """The agent's own behaviour, asked first."""
         self.guard = guard
         self.raises = raises
         """``True``: a stop raises ``RepeatGuardStopped`` instead of becoming the run's ``final_output``."""
+        self.agent_name = agent_name
+        """The name of the agent it ends the turns of, for the observers (``observe.scope``)."""
 
     async def __call__(
         self, context: RunContextWrapper[Any], results: list[FunctionToolResult]
@@ -484,9 +515,12 @@ class EndTurn:
         decided = await self._original_decision(context, results, run)
         if decided.is_final_output:
             return decided
-        stop = self.guard.policy.decide_model_call(state, turn_id=turn_id)
+        since = last_event(state)
+        with _observed(self.agent_name):
+            stop = self.guard.policy.decide_model_call(state, turn_id=turn_id)
         if stop is None:
             return decided
+        trace_events(state, since)
         if self.raises:
             raise RepeatGuardStopped(stop)
         return ToolsToFinalOutputResult(is_final_output=True, final_output=stop.message)
@@ -622,7 +656,10 @@ class _Guarding:
         clone = agent.clone(
             tools=[self.tool(tool, guard) for tool in agent.tools],
             tool_use_behavior=EndTurn(
-                agent.tool_use_behavior, guard, raises=guard.on_stop == "raise" or not _text_output(agent)
+                agent.tool_use_behavior,
+                guard,
+                raises=guard.on_stop == "raise" or not _text_output(agent),
+                agent_name=agent.name,
             ),
             hooks=guard,
         )

@@ -50,6 +50,7 @@ from pydantic_ai.capabilities import (
     RawToolArgs,
     ValidatedToolArgs,
     WrapOutputProcessHandler,
+    WrapRunHandler,
     WrapToolExecuteHandler,
 )
 from pydantic_ai.exceptions import (
@@ -63,6 +64,7 @@ from pydantic_ai.exceptions import (
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart, ToolReturnPart
 from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
 from pydantic_ai.output import OutputContext
+from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolApproved, ToolDefinition
 
 import repeat_hooks
@@ -80,6 +82,7 @@ from repeat_hooks import (
     policy_from,
 )
 from repeat_hooks.clock import monotonic
+from repeat_hooks.observe import held, scope
 
 from .calls import FailureCheck, failure_view, model_view, tool_call
 from .state import (
@@ -175,6 +178,10 @@ class RepeatGuard(AbstractCapability[Any]):
     on_stop: OnStop = "output"
     """``"output"``: a plain text output (``str``, or ``str`` in a union) is the stop message; an output
     function or a structured-only output raises ``RepeatGuardStopped``. ``"raise"``: always raise it."""
+    check_tools: bool = True
+    """At the run's first request, check the tool names of ``limits``, ``exempt``, ``read_only`` and
+    ``destructive`` against the request's tools; ``False`` for tools that join the run later (a dynamic
+    toolset that connects an MCP server mid-run)."""
 
     _state: GuardState | None = field(default=None, repr=False, compare=False)
     _stopwatch: Stopwatch | None = field(default=None, repr=False, compare=False)
@@ -191,6 +198,7 @@ class RepeatGuard(AbstractCapability[Any]):
         clock: Clock | None = monotonic,
         id: str | None = "repeat_guard",
         on_stop: OnStop = "output",
+        check_tools: bool = True,
         **settings: Any,
     ) -> None:
         self.policy = policy_from(policy, settings, owner=OWNER)
@@ -201,6 +209,7 @@ class RepeatGuard(AbstractCapability[Any]):
         self.clock = clock
         self.id = id
         self.on_stop = on_stop
+        self.check_tools = check_tools
         self._state = None
         self._stopwatch = None
         self._batch = {}
@@ -217,6 +226,7 @@ class RepeatGuard(AbstractCapability[Any]):
         cost: dict[str, float] | CostOf | None = None,
         id: str | None = "repeat_guard",
         on_stop: OnStop = "output",
+        check_tools: bool = True,
         **settings: Any,
     ) -> RepeatGuard:
         """A ``RepeatGuard`` from an agent spec (``Agent.from_spec``): the policy's settings as keywords (or
@@ -226,7 +236,7 @@ class RepeatGuard(AbstractCapability[Any]):
             policy = Policy.model_validate(policy)
         if isinstance(cost, dict):
             cost = TokenPrices(**cost)
-        return cls(policy, cost=cost, id=id, on_stop=on_stop, **settings)
+        return cls(policy, cost=cost, id=id, on_stop=on_stop, check_tools=check_tools, **settings)
 
     @classmethod
     def combine(cls, capabilities: Sequence[AbstractCapability[Any]]) -> AbstractCapability[Any]:
@@ -300,6 +310,13 @@ class RepeatGuard(AbstractCapability[Any]):
                 return
         self.policy.start_turn(state, turn_id=self._turn)
 
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
+        """Fires around the whole run: its hooks' observations (``repeat_hooks.observe``, OpenTelemetry) belong
+        to the run's ``conversation_id`` and the agent's ``name``. Returns the run's result unchanged."""
+        agent = ctx.agent.name if ctx.agent is not None else None
+        with scope(conversation_id=ctx.conversation_id, agent_name=agent):
+            return await handler()
+
     # -- model calls ---------------------------------------------------------------------------------
 
     async def before_model_request(
@@ -309,7 +326,7 @@ class RepeatGuard(AbstractCapability[Any]):
 
         At the run's first request, a tool named in the policy's ``limits``, ``exempt``, ``read_only`` or
         ``destructive`` that is none of the request's function tools raises ``GuardSetupError`` (tools
-        that join the run later, after its first request, cannot be named there). When the policy ends
+        that join the run later, after its first request: ``RepeatGuard(check_tools=False)``). When the policy ends
         the turn: with text output, raises ``SkipModelRequest`` with the stop message as the response,
         so the run ends normally with ``result.output`` = the message; with structured output only,
         raises ``RepeatGuardStopped``.
@@ -318,7 +335,7 @@ class RepeatGuard(AbstractCapability[Any]):
         parameters = request_context.model_request_parameters
         known = {tool.name: tool for tool in parameters.function_tools}
         state = self._run_state(ctx, known.get)
-        if state.turn.responses == 0 and state.turn.stop is None:
+        if self.check_tools and state.turn.responses == 0 and state.turn.stop is None:
             with _as_setup_error():
                 check_tool_names(self.policy, (tool.name for tool in parameters.function_tools), owner=OWNER)
         self._withdraw_denied(ctx)
@@ -454,15 +471,16 @@ class RepeatGuard(AbstractCapability[Any]):
         if self._history is not None and ctx is not None:
             messages, start = self._history
             self._history = None
-            rebuilt = rebuild(
-                self.policy,
-                messages,
-                turn_id=self._turn,
-                start=start,
-                tools=tools or _prepared_tools(ctx),
-                cost=self.cost,
-                is_failure=self.is_failure,
-            )
+            with held():  # the history's decisions were observed when first made: not told again
+                rebuilt = rebuild(
+                    self.policy,
+                    messages,
+                    turn_id=self._turn,
+                    start=start,
+                    tools=tools or _prepared_tools(ctx),
+                    cost=self.cost,
+                    is_failure=self.is_failure,
+                )
             self._state, self._batch = rebuilt.state, rebuilt.batch
         state = self._state
         if state is None:

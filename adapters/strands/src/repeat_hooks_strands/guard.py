@@ -39,11 +39,12 @@ the stop reason; ``stop_of(agent)`` gives the whole ``Stop`` afterwards.
 
 from __future__ import annotations
 
+import functools
 import uuid
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from strands.hooks import (
     AfterModelCallEvent,
@@ -73,6 +74,7 @@ from repeat_hooks import (
     batch_call_ids,
     check_budgets,
     check_tool_names,
+    observe,
     policy_from,
 )
 from repeat_hooks.clock import monotonic
@@ -90,6 +92,25 @@ _OWNER = "RepeatGuardHooks"
 
 _claims: weakref.WeakKeyDictionary[Any, dict[str, RepeatGuardHooks]] = weakref.WeakKeyDictionary()
 """Agent -> the guard holding each state key of it: two guards on one key would count every call twice."""
+
+_Hook = TypeVar("_Hook", bound=Callable[[Any, Any], None])
+
+
+def _in_scope(hook: _Hook) -> _Hook:
+    """Runs a hook callback in ``observe.scope(...)``: the agent's name and, with a session manager, its session
+    id, which the observers read (``repeat_hooks.otel``: ``gen_ai.agent.name``, ``gen_ai.conversation.id``).
+    With no observer registered it runs the callback as it is."""
+
+    @functools.wraps(hook)
+    def scoped(self: Any, event: Any) -> None:
+        if not observe.OBSERVERS:
+            return hook(self, event)
+        agent = event.agent
+        session = getattr(_session_manager(agent), "session_id", None)
+        with observe.scope(conversation_id=session if isinstance(session, str) else None, agent_name=agent.name):
+            return hook(self, event)
+
+    return scoped  # type: ignore[return-value]
 
 
 class RepeatGuardHooks(Plugin):
@@ -205,6 +226,7 @@ class RepeatGuardHooks(Plugin):
 
     # -- turns and model calls ---------------------------------------------------------------------
 
+    @_in_scope
     def _on_before_invocation(self, event: BeforeInvocationEvent) -> None:
         """Fires when an invocation starts: new input starts a turn (fresh counts, a new turn id); none
         (an interrupt's or a checkpoint's resume, ``agent()``) continues the current one. Returns nothing."""
@@ -218,6 +240,7 @@ class RepeatGuardHooks(Plugin):
         self.policy.start_turn(state, turn_id=uuid.uuid4().hex)
         self._write(agent, state)
 
+    @_in_scope
     def _on_before_model_call(self, event: BeforeModelCallEvent) -> None:
         """Fires before each model call. When the turn must stop, sets ``event.cancel`` to the stop message:
         Strands skips the model and ends the turn with that text. Raises ``GuardSetupError`` at an agent's
@@ -241,6 +264,7 @@ class RepeatGuardHooks(Plugin):
         if self._records_model_calls:
             run.watch.start()
 
+    @_in_scope
     def _on_after_model_call(self, event: AfterModelCallEvent) -> None:
         """Fires after each model call (and after a call the guard cancelled, which it skips): counts it,
         with its seconds and its cost, when the policy has a budget that needs them. A call that raised is
@@ -264,6 +288,7 @@ class RepeatGuardHooks(Plugin):
 
     # -- tools ---------------------------------------------------------------------------------------
 
+    @_in_scope
     def _on_before_tools(self, event: BeforeToolsEvent) -> None:
         """Fires once per model response with tool uses, before any runs: decides them all as one batch and
         saves the counts (the agent's session manager, if any, writes them now). Returns nothing."""
@@ -289,6 +314,7 @@ class RepeatGuardHooks(Plugin):
             self._write(agent, state)
             manager.sync_agent(agent)  # Strands saves the agent when a message is added: after the batch
 
+    @_in_scope
     def _on_before_tool_call(self, event: BeforeToolCallEvent) -> None:
         """Fires before each tool call (concurrent calls: once each). Hands back the call's batch decision (a
         call of the batch that another hook renamed is decided here); a refusal sets ``event.cancel_tool`` to
@@ -309,6 +335,7 @@ class RepeatGuardHooks(Plugin):
         if entry.refusal is not None:
             event.cancel_tool = entry.refusal.message
 
+    @_in_scope
     def _on_after_tool_call(self, event: AfterToolCallEvent) -> None:
         """Fires after each tool call: records whether it succeeded and what the model reads of its result.
         Skips calls that did not run (cancelled by the guard or another hook) and attempts another hook
@@ -324,6 +351,7 @@ class RepeatGuardHooks(Plugin):
         self.policy.record_tool_result(state, entry.call, ok=succeeded(result), result=model_view(result))
         self._stage(agent, state)
 
+    @_in_scope
     def _on_after_tools(self, event: AfterToolsEvent) -> None:
         """Fires after a response's tool calls, before their results join the conversation. Unless the turn
         already ends, the next step is a model call: decides it now, and a stop sets ``event.end_turn`` to
