@@ -12,7 +12,7 @@ from repeat_hooks_mistral import STORE_DOWN_STOP, RepeatGuardHook, StoreDownStop
 from repeat_hooks_mistral.settings import hook_points
 from repeat_hooks_mistral.testing import ScriptedModel, ToolUse, run_turn, tool_messages
 
-from repeat_hooks import GuardState, MemoryStore, Policy, StopReason
+from repeat_hooks import GuardState, MemoryStore, Policy, StopReason, ToolCall
 from repeat_hooks.redis import RedisStore, StoreUnavailable
 
 T = TypeVar("T")
@@ -149,3 +149,27 @@ async def test_once_the_store_is_back_the_stored_state_says_what_happened(carrie
     assert second.text == "FR-7731 is in transit."
     assert after is None, "turn 2 ran on a working store: no stop"
     assert down.turn_id is not None and await stop_of(SwitchGuard, session.session_id, down.turn_id) is None
+
+
+class KeyedGuard(RepeatGuardHook):
+    policy = Policy(match="tool", max_calls=2, digest_key="a secret of sixteen+ chars")
+    store = MemoryStore()
+
+
+async def test_a_worker_with_another_digest_key_fails_loudly_not_as_an_outage(carrier: Any, agent_for: Any) -> None:
+    """A session whose stored state was written without a key (another worker, an older deployment), served by
+    a guard with one: the turn fails with ``GuardSetupError``'s message naming ``digest_key`` (rc11 wraps a
+    hook's exception in ``TurnFailedError``): a setup mistake, not a store outage to fail open on. The call
+    does not run."""
+    model = ScriptedModel.replies(ToolUse("track_parcel", FR), "FR-7731 is in transit.")
+    store = KeyedGuard.store
+    assert isinstance(store, MemoryStore)
+    async with await agent_for(model, KeyedGuard()).create_session() as session:
+        unkeyed = Policy(match="tool", max_calls=2)
+        store.update_now(
+            KeyedGuard.state_key(session.session_id),
+            lambda state: unkeyed.decide_tool_call(state, ToolCall("track_parcel", FR), turn_id="earlier"),
+        )
+        with pytest.raises(agents.TurnFailedError, match=r"written under no digest_key.*Policy\(digest_key=\.\.\.\)"):
+            await run_turn(session, "Where is FR-7731?")
+    assert len(carrier.calls) == 0

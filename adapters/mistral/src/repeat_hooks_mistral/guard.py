@@ -41,7 +41,7 @@ from mistralai.vibe.harness.runtime.capabilities import (
 from mistralai.vibe_agents.sdk.authoring.contracts import HookContext
 from mistralai.vibe_agents.sdk.transport.results import RunResult, run_one_turn
 
-from repeat_hooks import Feed, GuardState, Policy, StateStore, Stop, check_feeds, check_tool_names
+from repeat_hooks import Feed, GuardSetupError, GuardState, Policy, StateStore, Stop, check_feeds, check_tool_names
 from repeat_hooks.observe import scope
 
 from . import settings
@@ -148,6 +148,8 @@ class RepeatGuardHook(agents.Hook, metaclass=settings.GuardClass):
 
         try:
             refusal = await guard._update(ctx, decide)
+        except GuardSetupError:  # a setup mistake (a digest_key other than the session's) is no outage
+            raise
         except Exception:
             logger.exception("repeat_hooks_mistral: %s.pre_tool_call could not update its store", guard.__name__)
             return _refuse_tool(STORE_DOWN_REFUSAL) if guard.fail_closed else _run_tool(call)
@@ -173,6 +175,8 @@ class RepeatGuardHook(agents.Hook, metaclass=settings.GuardClass):
 
         try:
             await guard._update(ctx, record)
+        except GuardSetupError:  # a setup mistake (a digest_key other than the session's) is no outage
+            raise
         except Exception:
             logger.exception("repeat_hooks_mistral: %s.post_tool_call could not update its store", guard.__name__)
         return PostToolCallHookContinue(tool_result=result.tool_result)
@@ -196,6 +200,8 @@ class RepeatGuardHook(agents.Hook, metaclass=settings.GuardClass):
 
         try:
             stop = await guard._update(ctx, decide)
+        except GuardSetupError:  # a setup mistake (a digest_key other than the session's) is no outage
+            raise
         except Exception:
             logger.exception("repeat_hooks_mistral: %s.pre_llm_call could not update its store", guard.__name__)
             if guard.fail_closed:
@@ -225,6 +231,8 @@ class RepeatGuardHook(agents.Hook, metaclass=settings.GuardClass):
 
         try:
             await guard._update(ctx, record)
+        except GuardSetupError:  # a setup mistake (a digest_key other than the session's) is no outage
+            raise
         except Exception:
             logger.exception("repeat_hooks_mistral: %s.post_llm_call could not update its store", guard.__name__)
         return PostLlmCallHookAccept()
