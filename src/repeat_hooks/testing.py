@@ -22,6 +22,22 @@ the response) unless the ``Call`` gives one (``""``: an empty id, for SDKs that 
 
 ``TurnOutcome.seen`` is every tool result of the turn as the conversation holds it for the model, in
 order, as text (refusals included): read it from the SDK's own history, not from the guard.
+``TurnOutcome.model_calls`` is how many model calls the scripted model answered in the turn (``Cursor.step``):
+none may follow a stop, in the agent or in anything the SDK runs around it.
+
+Three kinds of scenario need an SDK construct some SDKs lack; a driver whose SDK lacks it lists the scenario
+in its ``UNSUPPORTED`` with the SDK fact why:
+
+- ``Scenario.rounds > 1``: the SDK's own construct around the agent (a loop agent, a graph cycling through the
+  agent's node) runs it ``rounds`` times in the turn, each round ending at the model's text answer, the
+  scripted model's cursor going on from round to round. A stop ends the turn: no later round runs.
+- ``Scenario.branches > 1``: the turn runs the agent in ``branches`` isolated branches (a parallel agent,
+  sub-agents called at once), each with its own scripted model and ``Cursor`` answering the turn's script,
+  none seeing another's results: their calls count apart (``model_calls`` is their sum).
+- ``Tool.needs_approval``: the SDK's own human approval guards the tool; the driver's human is
+  ``ToolBox.ask``, which approves every call it is asked about. Asking is not running, an approved call runs
+  exactly once, a call the guard refused is never asked about, and the approval round goes on with the
+  turn's counts.
 
 Make the kit tools yield to the event loop where the SDK runs tools as tasks (an ``await asyncio.sleep(0)``
 before ``ToolBox.run``): ``parallel_calls_are_one_batch`` then catches an adapter that decides each call
@@ -46,6 +62,8 @@ FINAL = "done"
 """What the scripted model answers past its script: the turn's final text when the guard did not stop it."""
 REFUSED = "Refused"
 """Every refusal text the guard hands the model starts with this."""
+STOPPED = "I stopped"
+"""Every stop message the guard hands the caller starts with this."""
 
 
 class ToolFailed(Exception):
@@ -79,6 +97,8 @@ class Tool:
     """Passed to the guard as the SDK's read-only hint, where the SDK can carry one; otherwise put the
     tool in the policy's ``read_only`` (the scenarios do both)."""
     description: str = "A kit tool."
+    needs_approval: bool = False
+    """A human approves each run, through the SDK's own approval (``ToolBox.ask`` is the human)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +119,10 @@ class Expect:
     """Tool results the model received that were refusals, over the whole scenario."""
     stops: tuple[StopReason | None, ...]
     """Per turn: the reason the guard stopped it, or ``None`` (the turn ended with ``FINAL``)."""
+    model_calls: tuple[int, ...]
+    """Per turn: the model calls the scripted model answered (all branches'); none after a stop."""
+    rounds: tuple[int, ...] | None = None
+    """Per turn: the rounds the construct around the agent ran (a stop ends it); ``None``: ``Scenario.rounds``."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +136,10 @@ class Scenario:
     expect: Expect
     settings: Mapping[str, Any] = field(default_factory=dict)
     """The policy's settings: ``Policy(**settings)``."""
+    rounds: int = 1
+    """Times the SDK's construct around the agent runs it in each turn (1: the agent alone)."""
+    branches: int = 1
+    """Isolated branches the agent runs in at once in each turn, each answering the script (1: one agent)."""
 
     @property
     def policy(self) -> Policy:
@@ -133,6 +161,14 @@ class TurnOutcome:
     """The guard's stop of this turn, as the adapter's documented way of reading it returns it."""
     seen: list[str]
     """The tool results of this turn in the conversation, in order, as text (refusals included)."""
+    model_calls: int
+    """The model calls the scripted model answered in this turn (its ``Cursor.step``, summed over branches)."""
+    stop_messages: int
+    """How many times the guard's stop message reached the caller in this turn (final answers, events or
+    messages the SDK hands the caller starting ``STOPPED``): 1 for a stopped turn, else 0."""
+    rounds: int = 1
+    """The rounds the SDK's construct around the agent ran in this turn, counted from the SDK (each time it
+    started the agent): a loop that goes on after a stop, even doing nothing, shows here. 1: the agent alone."""
 
 
 class ToolBox:
@@ -142,6 +178,13 @@ class ToolBox:
         self.scenario = scenario
         self.runs: dict[str, int] = {tool.name: 0 for tool in scenario.tools}
         """Runs so far, by tool."""
+        self.asked: dict[str, int] = {tool.name: 0 for tool in scenario.tools}
+        """Calls a human was asked to approve so far, by tool."""
+
+    def ask(self, name: str, query: str) -> bool:
+        """The human asked to approve a call of ``name``: count the ask and approve it (``True``)."""
+        self.asked[name] += 1
+        return True
 
     def run(self, name: str, query: str) -> Any:
         """Run tool ``name``: count it, then return its scripted result (or raise ``ToolFailed``)."""
@@ -172,7 +215,8 @@ class Cursor:
     """Where a driver's scripted model is in a scenario: the turn it is in, and its next response.
 
     ``start_turn(n)`` when the driver sends turn ``n``'s message; ``next()`` at each model call returns the
-    response (``response``) with each call's id (``call_id``): a text, or a list of ``(Call, id)``.
+    response (``response``) with each call's id (``call_id``): a text, or a list of ``(Call, id)``. ``step``
+    is then the model calls answered in the turn so far (``TurnOutcome.model_calls``).
     """
 
     def __init__(self, scenario: Scenario) -> None:
@@ -194,12 +238,20 @@ class Cursor:
         return [(call, call_id(turn, step, index, call)) for index, call in enumerate(reply)]
 
 
-def check(scenario: Scenario, box: ToolBox, outcomes: Sequence[TurnOutcome]) -> None:
-    """Raise ``AssertionError`` saying what differs between what the driver saw and what ``scenario`` expects."""
+def check(scenario: Scenario, box: ToolBox, outcomes: Sequence[TurnOutcome], *, stop_lag: int = 0) -> None:
+    """Raise ``AssertionError`` saying what differs between what the driver saw and what ``scenario`` expects.
+
+    ``stop_lag``: for an SDK with no hook before a model call, the model calls it makes after a stop rule
+    trips, before the stop lands (at the next response's first tool call); stated by its driver, with why.
+    """
     expect = scenario.expect
     problems: list[str] = []
     if len(outcomes) != len(scenario.turns):
         problems.append(f"{len(outcomes)} turn outcomes for {len(scenario.turns)} turns")
+    if not len(expect.stops) == len(expect.model_calls) == len(scenario.turns):
+        problems.append(
+            f"the scenario expects {len(expect.stops)} stops and {len(expect.model_calls)} model call counts"
+        )
     runs = {name: count for name, count in box.runs.items() if count}
     wanted = {name: count for name, count in expect.runs.items() if count}
     if runs != wanted:
@@ -208,12 +260,34 @@ def check(scenario: Scenario, box: ToolBox, outcomes: Sequence[TurnOutcome]) -> 
     if refusals != expect.refusals:
         seen = [outcome.seen for outcome in outcomes]
         problems.append(f"{refusals} refusals reached the model, expected {expect.refusals}; it saw {seen}")
-    for number, (outcome, reason) in enumerate(zip(outcomes, expect.stops, strict=False)):
+    for tool in scenario.tools:
+        if tool.needs_approval and box.asked[tool.name] != box.runs[tool.name]:
+            problems.append(
+                f"{tool.name}: a human approved {box.asked[tool.name]} calls and {box.runs[tool.name]} ran "
+                "(each approved call runs once; a call the guard refused is never asked about)"
+            )
+        elif not tool.needs_approval and box.asked[tool.name]:
+            problems.append(
+                f"{tool.name}: a human was asked about {box.asked[tool.name]} calls of a tool that needs none"
+            )
+    for number, (outcome, reason, calls) in enumerate(zip(outcomes, expect.stops, expect.model_calls, strict=False)):
         got = outcome.stop.reason if outcome.stop is not None else None
         if got != reason:
             problems.append(f"turn {number}: stop {got}, expected {reason}")
+        wanted_calls = calls + (stop_lag if reason is not None else 0)
+        if outcome.model_calls != wanted_calls:
+            after = " (none may follow a stop, in the agent or around it)" if reason is not None else ""
+            problems.append(f"turn {number}: {outcome.model_calls} model calls, expected {wanted_calls}{after}")
+        wanted_rounds = expect.rounds[number] if expect.rounds is not None else scenario.rounds
+        if outcome.rounds != wanted_rounds:
+            problems.append(f"turn {number}: rounds run {outcome.rounds}, expected {wanted_rounds}")
+        if outcome.stop_messages != (reason is not None):
+            problems.append(
+                f"turn {number}: the stop message reached the caller {outcome.stop_messages} times, "
+                f"expected {int(reason is not None)}"
+            )
         wanted_final = outcome.stop.message if outcome.stop is not None else FINAL
-        if reason is not None and not outcome.final.startswith("I stopped"):
+        if reason is not None and not outcome.final.startswith(STOPPED):
             problems.append(f"turn {number}: final text {outcome.final!r} is not the guard's stop message")
         if outcome.final != wanted_final:
             problems.append(f"turn {number}: final text {outcome.final!r}, expected {wanted_final!r}")
@@ -320,7 +394,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             UserTurn("Keep checking FR-7731", (_calls(TRACK),) * 8),
             UserTurn("Check FR-7731 once more", (_calls(TRACK),)),
         ),
-        Expect(runs={"track_parcel": 3}, refusals=3, stops=(StopReason.IGNORED_REFUSALS, None)),
+        Expect(runs={"track_parcel": 3}, refusals=3, stops=(StopReason.IGNORED_REFUSALS, None), model_calls=(5, 2)),
         {"match": "tool", "count": "per_turn", "max_calls": 2, "max_refusals": 3},
     ),
     Scenario(
@@ -329,14 +403,14 @@ SCENARIOS: tuple[Scenario, ...] = (
         "so, answers.",
         (_track(),),
         (UserTurn("Where is FR-7731?", (_calls(TRACK), _calls(TRACK), _calls(TRACK))),),
-        Expect(runs={"track_parcel": 2}, refusals=1, stops=(None,)),
+        Expect(runs={"track_parcel": 2}, refusals=1, stops=(None,), model_calls=(4,)),
     ),
     Scenario(
         "new_results_are_progress",
         "A call whose result is new each time (a test rerun after each edit, a job's status) is never refused.",
         (_track(numbered()),),
         (UserTurn("Watch FR-7731", (_calls(TRACK),) * 6),),
-        Expect(runs={"track_parcel": 6}, refusals=0, stops=(None,)),
+        Expect(runs={"track_parcel": 6}, refusals=0, stops=(None,), model_calls=(7,)),
     ),
     Scenario(
         "a_change_restarts_counts",
@@ -354,14 +428,14 @@ SCENARIOS: tuple[Scenario, ...] = (
                 ),
             ),
         ),
-        Expect(runs={"track_parcel": 4, "reroute_parcel": 1}, refusals=0, stops=(None,)),
+        Expect(runs={"track_parcel": 4, "reroute_parcel": 1}, refusals=0, stops=(None,), model_calls=(6,)),
     ),
     Scenario(
         "a_read_only_call_changes_nothing",
         "A read-only call between two repeats restarts nothing: the 3rd same call is still refused.",
         (_track(), Tool("parcel_history", same("FR-7731: 3 scans"), read_only=True, description="Past scans.")),
         (UserTurn("Check FR-7731", (_calls(TRACK), _calls(TRACK), _calls(Call("parcel_history")), _calls(TRACK))),),
-        Expect(runs={"track_parcel": 2, "parcel_history": 1}, refusals=1, stops=(None,)),
+        Expect(runs={"track_parcel": 2, "parcel_history": 1}, refusals=1, stops=(None,), model_calls=(5,)),
         {"read_only": {"parcel_history"}},
     ),
     Scenario(
@@ -370,14 +444,14 @@ SCENARIOS: tuple[Scenario, ...] = (
         "is compared as the model reads it: the 3rd same call is refused.",
         (_track(typed_parcel),),
         (UserTurn("Where is FR-7731?", (_calls(TRACK),) * 3),),
-        Expect(runs={"track_parcel": 2}, refusals=1, stops=(None,)),
+        Expect(runs={"track_parcel": 2}, refusals=1, stops=(None,), model_calls=(4,)),
     ),
     Scenario(
         "volatile_tokens_are_not_progress",
         "The same answer stamped with a fresh request id, trace id and time each run is still the same answer.",
         (_track(fresh_ids),),
         (UserTurn("Where is FR-7731?", (_calls(TRACK),) * 3),),
-        Expect(runs={"track_parcel": 2}, refusals=1, stops=(None,)),
+        Expect(runs={"track_parcel": 2}, refusals=1, stops=(None,), model_calls=(4,)),
     ),
     Scenario(
         "parallel_calls_are_one_batch",
@@ -394,7 +468,12 @@ SCENARIOS: tuple[Scenario, ...] = (
                 (_calls(TRACK, Call("parcel_history"), Call("carrier_status"), TRACK, TRACK),),
             ),
         ),
-        Expect(runs={"track_parcel": 2, "parcel_history": 1, "carrier_status": 1}, refusals=1, stops=(None,)),
+        Expect(
+            runs={"track_parcel": 2, "parcel_history": 1, "carrier_status": 1},
+            refusals=1,
+            stops=(None,),
+            model_calls=(2,),
+        ),
     ),
     Scenario(
         "call_ids_reused_across_responses",
@@ -403,7 +482,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "Agents SDK does within a run, cannot express this: its driver lists it as unsupported.)",
         (_track(),),
         (UserTurn("Where is FR-7731?", (_calls(Call("track_parcel", id="call_0")),) * 4),),
-        Expect(runs={"track_parcel": 2}, refusals=2, stops=(None,)),
+        Expect(runs={"track_parcel": 2}, refusals=2, stops=(None,), model_calls=(5,)),
     ),
     Scenario(
         "one_call_id_for_different_calls",
@@ -415,14 +494,14 @@ SCENARIOS: tuple[Scenario, ...] = (
                 (_calls(*(Call("track_parcel", query, id="call_0") for query in ("FR-1", "FR-2", "FR-3"))),),
             ),
         ),
-        Expect(runs={"track_parcel": 3}, refusals=0, stops=(None,)),
+        Expect(runs={"track_parcel": 3}, refusals=0, stops=(None,), model_calls=(2,)),
     ),
     Scenario(
         "failures_in_a_row_stop_the_turn",
         "Three failed calls in a row end the turn with too_many_errors; the caller gets the stop message.",
         (_track(fails()),),
         (UserTurn("Where are my parcels?", tuple(_calls(Call("track_parcel", f"FR-{n}")) for n in range(6))),),
-        Expect(runs={"track_parcel": 3}, refusals=0, stops=(StopReason.TOO_MANY_ERRORS,)),
+        Expect(runs={"track_parcel": 3}, refusals=0, stops=(StopReason.TOO_MANY_ERRORS,), model_calls=(3,)),
         {"max_errors_in_a_row": 3},
     ),
     Scenario(
@@ -430,14 +509,14 @@ SCENARIOS: tuple[Scenario, ...] = (
         "Seed 002: a call that failed (a timeout) may be retried, and its success is a new result.",
         (_track(fails_once("FR-7731: in transit")),),
         (UserTurn("Where is FR-7731?", (_calls(TRACK), _calls(TRACK))),),
-        Expect(runs={"track_parcel": 2}, refusals=0, stops=(None,)),
+        Expect(runs={"track_parcel": 2}, refusals=0, stops=(None,), model_calls=(3,)),
     ),
     Scenario(
         "max_model_calls_ends_the_turn",
         "A step budget: after 3 model calls the turn ends with max_steps, though every call made progress.",
         (_track(numbered()),),
         (UserTurn("Watch FR-7731", (_calls(TRACK),) * 10),),
-        Expect(runs={"track_parcel": 3}, refusals=0, stops=(StopReason.MAX_STEPS,)),
+        Expect(runs={"track_parcel": 3}, refusals=0, stops=(StopReason.MAX_STEPS,), model_calls=(3,)),
         {"max_model_calls": 3},
     ),
     Scenario(
@@ -446,8 +525,54 @@ SCENARIOS: tuple[Scenario, ...] = (
         "receipt (a new order number) differs every time.",
         (Tool("place_order", order_placed, description="Place an order."),),
         (UserTurn("Order a parcel box", (_calls(Call("place_order", "box")),) * 3),),
-        Expect(runs={"place_order": 1}, refusals=2, stops=(None,)),
+        Expect(runs={"place_order": 1}, refusals=2, stops=(None,), model_calls=(4,)),
         {"destructive": {"place_order"}},
+    ),
+    Scenario(
+        "a_stop_ends_the_loop_around_the_agent",
+        "The agent runs in the SDK's own loop (3 rounds): the guard's stop in round 1 ends the turn and the "
+        "loop; no later round starts, and the caller gets the stop message once.",
+        (_track(),),
+        (UserTurn("Keep checking FR-7731", (_calls(TRACK),) * 8),),
+        Expect(
+            runs={"track_parcel": 2},
+            refusals=3,
+            stops=(StopReason.IGNORED_REFUSALS,),
+            model_calls=(5,),
+            rounds=(1,),
+        ),
+        {"match": "tool", "count": "per_turn", "max_calls": 2, "max_refusals": 3},
+        rounds=3,
+    ),
+    Scenario(
+        "the_loop_around_the_agent_runs_every_round",
+        "Without a stop, the SDK's loop runs the agent all 3 rounds (each ends at the model's answer), the "
+        "guard in place: 5 model calls, a call with a new result in each of the first two rounds.",
+        (_track(numbered()),),
+        (UserTurn("Watch FR-7731", (_calls(TRACK), FINAL, _calls(TRACK), FINAL)),),
+        Expect(runs={"track_parcel": 2}, refusals=0, stops=(None,), model_calls=(5,)),
+        rounds=3,
+    ),
+    Scenario(
+        "isolated_branches_count_apart",
+        "Three branches that never see each other's results each make the same call once: none is refused "
+        '("you already called" must be true for the model that reads it).',
+        (_track(),),
+        (UserTurn("Where is FR-7731?", (_calls(TRACK),)),),
+        Expect(runs={"track_parcel": 3}, refusals=0, stops=(None,), model_calls=(6,)),
+        branches=3,
+    ),
+    Scenario(
+        "approved_calls_run_once_and_keep_counts",
+        "A refund a human approves: the approved call runs once; its repeats are refused without anyone being "
+        "asked, the approval round having kept the turn's counts; then the next turn's refund is asked and runs.",
+        (Tool("refund_order", order_placed, needs_approval=True, description="Refund an order."),),
+        (
+            UserTurn("Refund order 7731", (_calls(Call("refund_order", "7731")),) * 3),
+            UserTurn("Refund order 7732", (_calls(Call("refund_order", "7732")),)),
+        ),
+        Expect(runs={"refund_order": 2}, refusals=2, stops=(None, None), model_calls=(4, 2)),
+        {"destructive": {"refund_order"}},
     ),
 )
 """Every scenario; each adapter runs them all on its SDK's real loop."""

@@ -12,7 +12,9 @@ from repeat_hooks import Stop, StopRepeatedCalls, ToolCall, model_view
 from repeat_hooks.testing import (
     FINAL,
     SCENARIOS,
+    STOPPED,
     Call,
+    Cursor,
     Scenario,
     ToolBox,
     ToolFailed,
@@ -24,51 +26,70 @@ from repeat_hooks.testing import (
     fresh_ids,
     numbered,
     order_placed,
-    response,
     same,
     typed_parcel,
 )
 
 
 class ReferenceDriver:
-    """An agent loop in a few lines: the guard's hooks at the five points, parallel calls as one batch."""
+    """An agent loop in a few lines: the guard's hooks at the five points, parallel calls as one batch; a loop
+    around the agent (``rounds``) that a stop ends; isolated ``branches``, a guard each; a human asked about
+    each call of a tool that needs approval once the guard lets it through."""
 
     def run(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
-        guard = StopRepeatedCalls(policy=scenario.policy)
-        hints = {tool.name: tool.read_only for tool in scenario.tools}
+        branches = [(StopRepeatedCalls(policy=scenario.policy), Cursor(scenario)) for _ in range(scenario.branches)]
         outcomes = []
         for number, _turn in enumerate(scenario.turns):
-            guard.pre_agent_turn(turn_id=f"t{number}")
             seen: list[str] = []
-            final = None
-            for step in range(50):
-                stop = guard.pre_llm_call()
-                if stop is not None:
-                    final = stop.message
-                    break
-                guard.post_llm_call()
-                reply = response(scenario, number, step)
-                if isinstance(reply, str):
-                    final = reply
-                    break
-                calls = [
-                    ToolCall(c.tool, {"query": c.query}, call_id=call_id(number, step, k, c), read_only=hints[c.tool])
-                    for k, c in enumerate(reply)
-                ]
-                decisions = guard.pre_tool_calls(calls)
-                for call, decision in zip(calls, decisions, strict=True):
-                    if decision is not None:
-                        seen.append(decision.message)
-                        continue
-                    try:
-                        result, ok = box.run(call.name, call.arguments["query"]), True
-                    except ToolFailed as error:
-                        result, ok = str(error), False
-                    guard.post_tool_call(call, ok, result=result)
-                    seen.append(str(result))
-            assert final is not None
-            outcomes.append(TurnOutcome(final=final, stop=guard.stop, seen=seen))
+            finals: list[str] = []
+            rounds = 0
+            for guard, cursor in branches:
+                guard.pre_agent_turn(turn_id=f"t{number}")
+                cursor.start_turn(number)
+                for _round in range(scenario.rounds):
+                    rounds += 1
+                    finals.append(self.agent(scenario, box, guard, cursor, seen))
+                    if guard.stop is not None:
+                        break
+            stops = [guard.stop for guard, _ in branches if guard.stop is not None]
+            outcomes.append(
+                TurnOutcome(
+                    final=finals[-1],
+                    stop=stops[0] if stops else None,
+                    seen=seen,
+                    model_calls=sum(cursor.step for _, cursor in branches),
+                    stop_messages=sum(final.startswith(STOPPED) for final in finals),
+                    rounds=rounds if scenario.rounds > 1 else 1,
+                )
+            )
         return outcomes
+
+    def agent(self, scenario: Scenario, box: ToolBox, guard: StopRepeatedCalls, cursor: Cursor, seen: list[str]) -> str:
+        """One run of the agent, to its answer or the guard's stop: the final text."""
+        tools = {tool.name: tool for tool in scenario.tools}
+        for _step in range(50):
+            stop = guard.pre_llm_call()
+            if stop is not None:
+                return stop.message
+            guard.post_llm_call()
+            reply = cursor.next()
+            if isinstance(reply, str):
+                return reply
+            calls = [
+                ToolCall(c.tool, {"query": c.query}, call_id=i, read_only=tools[c.tool].read_only) for c, i in reply
+            ]
+            for call, decision in zip(calls, guard.pre_tool_calls(calls), strict=True):
+                if decision is not None:
+                    seen.append(decision.message)
+                    continue
+                assert not tools[call.name].needs_approval or box.ask(call.name, call.arguments["query"])
+                try:
+                    result, ok = box.run(call.name, call.arguments["query"]), True
+                except ToolFailed as error:
+                    result, ok = str(error), False
+                guard.post_tool_call(call, ok, result=result)
+                seen.append(str(result))
+        raise AssertionError("50 steps without an answer")
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
@@ -82,7 +103,7 @@ def test_check_names_what_differs() -> None:
     box = ToolBox(scenario)
     box.runs["track_parcel"] = 3
     with pytest.raises(AssertionError, match=r"tool runs \{'track_parcel': 3\}, expected \{'track_parcel': 2\}"):
-        check(scenario, box, [TurnOutcome(final=FINAL, stop=None, seen=["Refused: ..."])])
+        check(scenario, box, [TurnOutcome(FINAL, None, ["Refused: ..."], model_calls=4, stop_messages=0)])
 
 
 def by_name(name: str) -> Scenario:
@@ -95,21 +116,23 @@ def test_check_lists_every_difference_in_one_message() -> None:
     scenario = by_name("seed_004_story")  # two turns; the first stopped for ignored refusals
     stop = Stop(message="I stopped: the same call was refused 3 times.", reason=StopReason.IGNORED_REFUSALS)
     with pytest.raises(AssertionError) as raised:
-        check(scenario, ToolBox(scenario), [TurnOutcome(final="my answer", stop=None, seen=["Refused: no", "x"])])
+        check(scenario, ToolBox(scenario), [TurnOutcome("my answer", None, ["Refused: no", "x"], 7, stop_messages=0)])
     assert str(raised.value) == (
         "scenario seed_004_story: 1 turn outcomes for 2 turns; tool runs {}, expected {'track_parcel': 3}; "
         "1 refusals reached the model, expected 3; it saw [['Refused: no', 'x']]; "
         "turn 0: stop None, expected ignored_refusals; "
+        "turn 0: 7 model calls, expected 5 (none may follow a stop, in the agent or around it); "
+        "turn 0: the stop message reached the caller 0 times, expected 1; "
         "turn 0: final text 'my answer' is not the guard's stop message; "
         "turn 0: final text 'my answer', expected 'done'"
     )
     box = ToolBox(scenario)
     box.runs["track_parcel"] = 3
     seen = ["FR-7731: in transit"] * 2 + ["Refused: again"] * 3
-    stopped = TurnOutcome(final=stop.message, stop=stop, seen=seen)
-    check(scenario, box, [stopped, TurnOutcome(final=FINAL, stop=None, seen=["FR-7731: in transit"])])
+    stopped = TurnOutcome(final=stop.message, stop=stop, seen=seen, model_calls=5, stop_messages=1)
+    check(scenario, box, [stopped, TurnOutcome(FINAL, None, ["FR-7731: in transit"], model_calls=2, stop_messages=0)])
     with pytest.raises(AssertionError, match=r"turn 0: final text 'done', expected 'I stopped: the same call"):
-        check(scenario, box, [TurnOutcome(final=FINAL, stop=stop, seen=seen), stopped])
+        check(scenario, box, [TurnOutcome(FINAL, stop, seen, model_calls=5, stop_messages=1), stopped])
 
 
 def test_a_tool_box_counts_runs_and_passes_the_query() -> None:

@@ -25,6 +25,9 @@ from repeat_hooks import (
     policy_from,
     usage_tokens,
 )
+from repeat_hooks.testing import STOPPED, Cursor, Expect, Scenario, ToolBox, TurnOutcome, check, scenario
+
+from .test_conformance import ReferenceDriver
 
 # -- the policy argument -----------------------------------------------------------------------------------
 
@@ -349,3 +352,144 @@ def test_a_state_as_long_as_the_limit_still_loads() -> None:
     assert load_state(text + " " * (MAX_STATE_CHARS - len(text))) == GuardState()
     with pytest.raises(StateCorrupt, match="more than any state the guard writes"):
         load_state(text + " " * (MAX_STATE_CHARS + 1 - len(text)))
+
+
+# -- the conformance kit's check: what runs around the agent, branches, approvals ------------------------------
+
+
+class LoopDriver:
+    """The reference agent in a loop around it (``rounds``), with what the loop does after the guard's stop:
+    ``"end"`` (right), ``"answer_stop"`` (it runs on, each later round answered with the stop text, as ADK's
+    ``LoopAgent`` did), ``"fresh_turn"`` (it runs on, each later round a new turn of the guard's) or
+    ``"silent"`` (it runs on, each later round ending at once with nothing the caller sees)."""
+
+    def __init__(self, after_stop: str) -> None:
+        self.after_stop = after_stop
+
+    def run(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
+        guard, cursor, outcomes = StopRepeatedCalls(policy=scenario.policy), Cursor(scenario), []
+        for number, _turn in enumerate(scenario.turns):
+            guard.pre_agent_turn(turn_id=f"t{number}")
+            cursor.start_turn(number)
+            seen: list[str] = []
+            finals: list[str] = []
+            stop = None
+            rounds = 0
+            for round_ in range(scenario.rounds):
+                rounds += 1
+                if stop is not None and self.after_stop == "fresh_turn":
+                    guard.pre_agent_turn(turn_id=f"t{number}-{round_}")
+                if stop is not None and self.after_stop == "silent":
+                    continue
+                finals.append(ReferenceDriver().agent(scenario, box, guard, cursor, seen))
+                stop = stop or guard.stop
+                if stop is not None and self.after_stop == "end":
+                    break
+            stop_messages = sum(final.startswith(STOPPED) for final in finals)
+            outcomes.append(TurnOutcome(finals[-1], stop, seen, cursor.step, stop_messages, rounds=rounds))
+        return outcomes
+
+
+def test_a_loop_that_ends_at_the_stop_meets_the_kit() -> None:
+    for name in ("a_stop_ends_the_loop_around_the_agent", "the_loop_around_the_agent_runs_every_round"):
+        box = ToolBox(scenario(name))
+        check(scenario(name), box, LoopDriver("end").run(scenario(name), box))
+
+
+def test_check_catches_a_loop_that_answers_each_later_round_with_the_stop() -> None:
+    case = scenario("a_stop_ends_the_loop_around_the_agent")
+    box = ToolBox(case)
+    outcomes = LoopDriver("answer_stop").run(case, box)
+    assert outcomes[0].model_calls == 5 and box.runs == {"track_parcel": 2}  # only the stop messages tell
+    with pytest.raises(AssertionError) as raised:
+        check(case, box, outcomes)
+    assert str(raised.value) == (
+        "scenario a_stop_ends_the_loop_around_the_agent: turn 0: rounds run 3, expected 1; "
+        "turn 0: the stop message reached the caller 3 times, expected 1"
+    )
+
+
+def test_check_catches_a_loop_that_goes_on_doing_nothing_after_the_stop() -> None:
+    case = scenario("a_stop_ends_the_loop_around_the_agent")
+    box = ToolBox(case)
+    outcomes = LoopDriver("silent").run(case, box)
+    assert (outcomes[0].model_calls, outcomes[0].stop_messages, box.runs) == (5, 1, {"track_parcel": 2})
+    with pytest.raises(AssertionError, match=r"^scenario \S+: turn 0: rounds run 3, expected 1$"):
+        check(case, box, outcomes)
+
+
+def test_check_catches_a_loop_whose_next_round_calls_the_model_again() -> None:
+    case = scenario("a_stop_ends_the_loop_around_the_agent")
+    box = ToolBox(case)
+    with pytest.raises(AssertionError) as raised:
+        check(case, box, LoopDriver("fresh_turn").run(case, box))
+    assert "turn 0: 10 model calls, expected 5 (none may follow a stop, in the agent or around it)" in str(raised.value)
+    assert "tool runs {'track_parcel': 4}, expected {'track_parcel': 2}" in str(raised.value)
+
+
+def test_check_catches_a_driver_that_runs_no_loop_around_the_agent() -> None:
+    case = scenario("the_loop_around_the_agent_runs_every_round")
+    box = ToolBox(case)
+    alone = Scenario(case.name, case.doc, case.tools, case.turns, case.expect, case.settings)  # rounds=1
+    with pytest.raises(AssertionError, match=r"tool runs \{'track_parcel': 1\}.*turn 0: 2 model calls, expected 5"):
+        check(case, box, LoopDriver("end").run(alone, box))
+    with pytest.raises(AssertionError, match=r"turn 0: rounds run 1, expected 3"):
+        check(case, box, LoopDriver("end").run(alone, box))
+
+
+def test_check_catches_branches_that_share_their_counts() -> None:
+    case = scenario("isolated_branches_count_apart")
+    box = ToolBox(case)
+    guard, seen, cursors = StopRepeatedCalls(policy=case.policy), [], [Cursor(case) for _ in range(3)]
+    guard.pre_agent_turn(turn_id="t0")
+    finals = []
+    for cursor in cursors:  # one guard for three models that never saw each other's results
+        cursor.start_turn(0)
+        finals.append(ReferenceDriver().agent(case, box, guard, cursor, seen))
+    shared = TurnOutcome(finals[-1], None, seen, model_calls=sum(c.step for c in cursors), stop_messages=0)
+    with pytest.raises(AssertionError, match=r"tool runs \{'track_parcel': 2\}, .*1 refusals reached the model"):
+        check(case, box, [shared])
+
+
+def test_check_catches_a_human_asked_about_a_refused_call_and_an_approval_that_never_ran() -> None:
+    case = scenario("approved_calls_run_once_and_keep_counts")
+    box = ToolBox(case)
+    outcomes = ReferenceDriver().run(case, box)
+    check(case, box, outcomes)
+    assert box.asked == box.runs == {"refund_order": 2}
+    box.asked["refund_order"] = 4  # the human was also asked about the two refused repeats
+    with pytest.raises(AssertionError, match=r"refund_order: a human approved 4 calls and 2 ran \(each approved"):
+        check(case, box, outcomes)
+    plain = scenario("same_result_is_refused")
+    box = ToolBox(plain)
+    outcomes = ReferenceDriver().run(plain, box)
+    box.asked["track_parcel"] = 1
+    with pytest.raises(AssertionError, match="track_parcel: a human was asked about 1 calls of a tool that needs none"):
+        check(plain, box, outcomes)
+
+
+def test_a_scenario_must_give_each_turn_a_model_call_count() -> None:
+    case = scenario("same_result_is_refused")
+    broken = Scenario(case.name, case.doc, case.tools, case.turns, Expect({"track_parcel": 2}, 1, (None,), ()))
+    box = ToolBox(broken)
+    with pytest.raises(AssertionError, match=r"expects 1 stops and 0 model call counts$"):
+        check(broken, box, ReferenceDriver().run(case, box))
+
+
+def test_a_stop_lag_excuses_only_the_stated_model_calls_after_a_stop() -> None:
+    from dataclasses import replace
+
+    case = scenario("max_model_calls_ends_the_turn")
+    box = ToolBox(case)
+    (outcome,) = ReferenceDriver().run(case, box)
+    late = replace(outcome, model_calls=4)  # an SDK with no hook before a model call: the stop lands one later
+    check(case, box, [late], stop_lag=1)
+    with pytest.raises(AssertionError, match=r"turn 0: 4 model calls, expected 3 \(none may follow a stop"):
+        check(case, box, [late])
+    with pytest.raises(AssertionError, match=r"turn 0: 5 model calls, expected 4 \(none may follow a stop"):
+        check(case, box, [replace(outcome, model_calls=5)], stop_lag=1)
+    plain = scenario("same_result_is_refused")  # a turn the guard did not stop has no lag
+    box = ToolBox(plain)
+    (outcome,) = ReferenceDriver().run(plain, box)
+    with pytest.raises(AssertionError, match=r"turn 0: 5 model calls, expected 4$"):
+        check(plain, box, [replace(outcome, model_calls=5)], stop_lag=1)

@@ -1,4 +1,5 @@
-"""The conformance kit on ADK's real Runner: every scenario of ``repeat_hooks.testing`` (none unsupported)."""
+"""The conformance kit on ADK's real Runner: every scenario of ``repeat_hooks.testing`` (none unsupported): the
+loop around the agent is a ``LoopAgent``, isolated branches a ``ParallelAgent``, approval ``require_confirmation``."""
 
 from __future__ import annotations
 

@@ -17,8 +17,13 @@ def test_conformance(scenario: Scenario) -> None:
 
 
 def test_unsupported_scenarios_are_the_sdk_s_own_limits() -> None:
-    """rc11 refuses a response that uses one call id twice: the turn fails before any hook or tool runs."""
-    assert set(Driver.UNSUPPORTED) == {"one_call_id_for_different_calls"}
+    """rc11 refuses a response that uses one call id twice: the turn fails before any hook or tool runs. (It has no
+    construct that runs an agent again after its answer either: the loop scenarios.)"""
+    assert set(Driver.UNSUPPORTED) == {
+        "one_call_id_for_different_calls",
+        "a_stop_ends_the_loop_around_the_agent",
+        "the_loop_around_the_agent_runs_every_round",
+    }
     duplicate = scenario("one_call_id_for_different_calls")
     box = ToolBox(duplicate)
 

@@ -23,11 +23,13 @@ import asyncio
 import copy
 import itertools
 import json
+import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from google.adk.agents import LlmAgent
+from google.adk.agents import LlmAgent, LoopAgent, ParallelAgent
+from google.adk.agents.base_agent import BaseAgent
 from google.adk.apps import App
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.base_llm_connection import BaseLlmConnection
@@ -41,7 +43,7 @@ from google.genai import types
 from pydantic import PrivateAttr
 
 from repeat_hooks import error_text
-from repeat_hooks.testing import Cursor, Scenario, Tool, ToolBox, ToolFailed, TurnOutcome
+from repeat_hooks.testing import STOPPED, Cursor, Scenario, Tool, ToolBox, ToolFailed, TurnOutcome
 
 from .guard import RepeatGuardPlugin
 from .state import stop_of
@@ -235,17 +237,26 @@ class _LiveConnection(BaseLlmConnection):
 UNSUPPORTED: dict[str, str] = {}
 """Kit scenarios ADK itself cannot express, with the reason: none (every scenario runs on the real Runner)."""
 
+CONFIRMATION = "adk_request_confirmation"
+"""The function call ADK sends the user to ask for a tool's confirmation (``require_confirmation``)."""
+
 
 class Driver:
     """Runs a ``repeat_hooks.testing`` scenario on ADK's real ``Runner`` (the kit's ``Driver`` for ADK).
 
-    One ``LlmAgent`` with the scenario's tools as ``FunctionTool``s (each takes ``query``), a
-    ``ScriptedLlm`` answering the scenario's script, ``RepeatGuardPlugin(scenario.policy, **options)`` on
-    the ``App``, an ``InMemoryRunner``; one session, one invocation per user turn. A tool that raises
-    ``ToolFailed`` is answered by the agent's own ``on_tool_error_callback`` with ``{"error": "Type: text"}``
-    (without one, ADK fails the invocation). ADK's function tools carry no read-only hint: a kit tool's
-    ``read_only`` is left to the policy's ``read_only`` setting. What the model saw is read from the
-    session's events (the function responses of each invocation); the stop through ``stop_of``.
+    One ``LlmAgent`` with the scenario's tools as ``FunctionTool``s (each takes ``query``; a tool that needs
+    approval is ``require_confirmation=True``), a ``ScriptedLlm`` answering the scenario's script,
+    ``RepeatGuardPlugin(scenario.policy, **options)`` on the ``App``, an ``InMemoryRunner``; one session, one
+    invocation per user turn. ``rounds > 1``: the agent is the one sub-agent of a ``LoopAgent(max_iterations=
+    rounds)``, its rounds counted by its ``before_agent_callback``; ``branches > 1``: copies of it, each with
+    its own model and ``Cursor``, are the sub-agents of a ``ParallelAgent``. A confirmation ADK asks for is
+    put to ``ToolBox.ask`` and answered (``confirmed``) as a new message of the same invocation, until none
+    is asked. A tool that raises ``ToolFailed`` is answered by
+    the agent's own ``on_tool_error_callback`` with ``{"error": "Type: text"}`` (without one, ADK fails the
+    invocation). ADK's function tools carry no read-only hint: a kit tool's ``read_only`` is left to the
+    policy's ``read_only`` setting. What the model saw is read from the session's events (the function
+    responses of each invocation but ADK's confirmation placeholders); the stop through ``stop_of``; the
+    stop messages from the final-response events the caller got.
     """
 
     def __init__(self, **options: Any) -> None:
@@ -258,44 +269,96 @@ class Driver:
 
     async def run_async(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
         """``run``, from a running event loop."""
-        cursor = Cursor(scenario)
-
-        def script(model: ScriptedLlm, request: LlmRequest) -> Reply:
-            reply = cursor.next()
-            if isinstance(reply, str):
-                return reply
-            return [function_call(call.tool, {"query": call.query}, call_id) for call, call_id in reply]
-
-        agent = LlmAgent(
-            name="kit_agent",
-            model=ScriptedLlm(then=script, record_requests=False),
-            tools=[_kit_tool(box, tool) for tool in scenario.tools],
-            on_tool_error_callback=_answer_failure,
-        )
+        cursors = [Cursor(scenario) for _ in range(scenario.branches)]
+        agents: list[BaseAgent] = [
+            _kit_agent(scenario, box, cursor, "kit_agent" if len(cursors) == 1 else f"kit_branch_{n}")
+            for n, cursor in enumerate(cursors)
+        ]
+        with warnings.catch_warnings():  # ADK 2.x deprecates both for Workflow, which cannot hold an LlmAgent yet
+            warnings.simplefilter("ignore", DeprecationWarning)
+            root: BaseAgent = agents[0] if len(agents) == 1 else ParallelAgent(name="kit_branches", sub_agents=agents)
+            starts: list[str] = []
+            if scenario.rounds > 1:
+                root.before_agent_callback = lambda callback_context: starts.append(callback_context.invocation_id)
+                root = LoopAgent(name="kit_loop", sub_agents=[root], max_iterations=scenario.rounds)
         plugin = RepeatGuardPlugin(scenario.policy, **self.options)
-        runner = InMemoryRunner(app=App(name="kit", root_agent=agent, plugins=[plugin]))
+        runner = InMemoryRunner(app=App(name="kit", root_agent=root, plugins=[plugin]))
         session = await runner.session_service.create_session(app_name="kit", user_id="kit")
         outcomes: list[TurnOutcome] = []
         for number, turn in enumerate(scenario.turns):
-            cursor.start_turn(number)
-            message = types.Content(role="user", parts=[types.Part(text=turn.message)])
-            events = [
-                event async for event in runner.run_async(user_id="kit", session_id=session.id, new_message=message)
-            ]
-            invocation_id = events[0].invocation_id
-            finals = [event for event in events if event.is_final_response() and event.content is not None]
-            final_parts = finals[-1].content.parts if finals and finals[-1].content is not None else None
-            final = "".join(part.text or "" for part in final_parts or [])
+            for cursor in cursors:
+                cursor.start_turn(number)
+            message: types.Content | None = types.Content(role="user", parts=[types.Part(text=turn.message)])
+            events = []
+            while message is not None:
+                batch = [
+                    event async for event in runner.run_async(user_id="kit", session_id=session.id, new_message=message)
+                ]
+                events += batch
+                message = _approve(box, batch)
+            invocations = {event.invocation_id for event in events}
+            rounds = sum(invocation in invocations for invocation in starts) if scenario.rounds > 1 else 1
+            finals = [_text(event) for event in events if event.is_final_response() and event.content is not None]
+            finals = [text for text in finals if text]  # a confirmation request is a final response with no text
             stored = await runner.session_service.get_session(app_name="kit", user_id="kit", session_id=session.id)
             assert stored is not None
             seen = [
                 _as_text(reply.response)
                 for event in stored.events
-                if event.invocation_id == invocation_id
+                if event.invocation_id in invocations
                 for reply in event.get_function_responses()
+                if reply.name != CONFIRMATION and not _placeholder(reply.response)
             ]
-            outcomes.append(TurnOutcome(final=final, stop=stop_of(stored, invocation_id), seen=seen))
+            outcomes.append(
+                TurnOutcome(
+                    final=finals[-1] if finals else "",
+                    stop=stop_of(stored, events[-1].invocation_id),
+                    seen=seen,
+                    model_calls=sum(cursor.step for cursor in cursors),
+                    stop_messages=sum(text.startswith(STOPPED) for text in finals),
+                    rounds=rounds,
+                )
+            )
         return outcomes
+
+
+def _kit_agent(scenario: Scenario, box: ToolBox, cursor: Cursor, name: str) -> LlmAgent:
+    """The kit's agent: its tools, and a ``ScriptedLlm`` answering where ``cursor`` is."""
+
+    def script(model: ScriptedLlm, request: LlmRequest) -> Reply:
+        reply = cursor.next()
+        if isinstance(reply, str):
+            return reply
+        return [function_call(call.tool, {"query": call.query}, call_id) for call, call_id in reply]
+
+    return LlmAgent(
+        name=name,
+        model=ScriptedLlm(then=script, record_requests=False),
+        tools=[_kit_tool(box, tool) for tool in scenario.tools],
+        on_tool_error_callback=_answer_failure,
+    )
+
+
+def _approve(box: ToolBox, events: Sequence[Any]) -> types.Content | None:
+    """The user's answer to the confirmations ADK asked for in ``events`` (each put to ``box.ask``), or ``None``."""
+    answers = []
+    for event in events:
+        for request in event.get_function_calls():
+            if request.name == CONFIRMATION:
+                original = dict(request.args or {})["originalFunctionCall"]
+                confirmed = box.ask(original["name"], str(original["args"]["query"]))
+                response = types.FunctionResponse(name=CONFIRMATION, id=request.id, response={"confirmed": confirmed})
+                answers.append(types.Part(function_response=response))
+    return types.Content(role="user", parts=answers) if answers else None
+
+
+def _placeholder(reply: Mapping[str, Any] | None) -> bool:
+    """ADK's own answer to a call waiting for its confirmation (no result of a run: the run comes later)."""
+    return dict(reply or {}).get("error") == "This tool call requires confirmation, please approve or reject."
+
+
+def _text(event: Any) -> str:
+    return "".join(part.text or "" for part in event.content.parts or [])
 
 
 def _kit_tool(box: ToolBox, tool: Tool) -> FunctionTool:
@@ -305,7 +368,7 @@ def _kit_tool(box: ToolBox, tool: Tool) -> FunctionTool:
 
     run.__name__ = tool.name
     run.__doc__ = tool.description
-    return FunctionTool(run)
+    return FunctionTool(run, require_confirmation=tool.needs_approval)
 
 
 def _answer_failure(

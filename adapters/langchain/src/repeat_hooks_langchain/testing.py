@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any
 
 from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -35,13 +36,15 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import Command
 from pydantic import ConfigDict, Field, PrivateAttr, SkipValidation
 
 from repeat_hooks import error_text
-from repeat_hooks.testing import Cursor, Scenario, Tool, ToolBox, ToolFailed, TurnOutcome
+from repeat_hooks.testing import STOPPED, Cursor, Scenario, Tool, ToolBox, ToolFailed, TurnOutcome
 
 from .guard import RepeatGuardMiddleware
-from .state import stop_of
+from .state import RepeatGuardState, stop_of
 
 Reply = Callable[[Sequence[BaseMessage]], AIMessage]
 """Makes one response from the messages the model received."""
@@ -189,7 +192,10 @@ class Driver:
     failure raises ``ToolException`` with the kit's error text, which the tool turns into a
     ``status="error"`` ``ToolMessage`` (``handle_tool_error=True``). What the
     model saw is read from the thread's messages (the ``ToolMessage``\\ s after the turn's user message);
-    the stop through ``stop_of``.
+    the stop through ``stop_of``; the stop messages are the turn's ``AIMessage``\\ s that hold one. Tools
+    that need approval are put to ``HumanInTheLoopMiddleware(interrupt_on={...})`` as it comes, listed
+    before the guard; each interrupt's calls go to ``ToolBox.ask`` and the turn resumes with
+    ``Command(resume={"decisions": [...]})`` until no interrupt is left.
     """
 
     def __init__(self, *, asynchronous: bool = False, **options: Any) -> None:
@@ -200,25 +206,127 @@ class Driver:
 
     def run(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
         """Run every turn of ``scenario`` on one thread of a fresh agent; one outcome per turn."""
+        if scenario.branches > 1:
+            return self._branches(scenario, box)
         cursor = Cursor(scenario)
         model = ScriptedChatModel(then=_script(cursor))
+        middleware: list[Any] = [RepeatGuardMiddleware(scenario.policy, **self.options)]
+        review: dict[str, Any] = {tool.name: True for tool in scenario.tools if tool.needs_approval}
+        if review:
+            middleware.insert(0, HumanInTheLoopMiddleware(interrupt_on=review))
         agent = create_agent(
             model,
             tools=[kit_tool(box, tool) for tool in scenario.tools],
-            middleware=[RepeatGuardMiddleware(scenario.policy, **self.options)],
-            checkpointer=InMemorySaver(),
+            middleware=middleware,
+            checkpointer=InMemorySaver() if scenario.rounds == 1 else None,
         )
+        ran = [0]
+        if scenario.rounds > 1:
+            agent = _loop(agent, scenario.rounds, ran)
         config: Any = {"configurable": {"thread_id": "kit"}, "recursion_limit": 200}
         outcomes: list[TurnOutcome] = []
         for number, turn in enumerate(scenario.turns):
             cursor.start_turn(number)
-            user: Any = {"messages": [HumanMessage(content=turn.message)]}
-            result = asyncio.run(agent.ainvoke(user, config)) if self.asynchronous else agent.invoke(user, config)
+            ran[0] = 0
+            run_input: Any = {"messages": [HumanMessage(content=turn.message)]}
+            while True:
+                result = self._invoke(agent, run_input, config)
+                if not result.get("__interrupt__"):
+                    break
+                run_input = Command(resume=_review(box, result["__interrupt__"]))
             messages: list[BaseMessage] = result["messages"]
             start = max(index for index, message in enumerate(messages) if isinstance(message, HumanMessage))
             seen = [str(message.text) for message in messages[start:] if isinstance(message, ToolMessage)]
-            outcomes.append(TurnOutcome(final=str(messages[-1].text), stop=stop_of(result), seen=seen))
+            stops = [m for m in messages[start:] if isinstance(m, AIMessage) and str(m.text).startswith(STOPPED)]
+            outcomes.append(
+                TurnOutcome(
+                    final=str(messages[-1].text),
+                    stop=stop_of(result),
+                    seen=seen,
+                    model_calls=cursor.step,
+                    stop_messages=len(stops),
+                    rounds=max(ran[0], 1),
+                )
+            )
         return outcomes
+
+    def _branches(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
+        """Each turn on a graph whose nodes, started at once, each run an agent of their own (one middleware
+        instance guards them all) on the user's message alone: none sees another's results."""
+        cursors = [Cursor(scenario) for _ in range(scenario.branches)]
+        guard = RepeatGuardMiddleware(scenario.policy, **self.options)
+        tools = [kit_tool(box, tool) for tool in scenario.tools]
+        results: dict[int, Any] = {}
+        graph = StateGraph(MessagesState)
+        for n, cursor in enumerate(cursors):
+            agent = create_agent(ScriptedChatModel(then=_script(cursor)), tools=tools, middleware=[guard])
+            graph.add_node(f"kit_branch_{n}", _branch(agent, n, results, self.asynchronous))
+            graph.add_edge(START, f"kit_branch_{n}")
+            graph.add_edge(f"kit_branch_{n}", END)
+        branches = graph.compile()
+        outcomes: list[TurnOutcome] = []
+        for number, turn in enumerate(scenario.turns):
+            for cursor in cursors:
+                cursor.start_turn(number)
+            results.clear()
+            self._invoke(branches, {"messages": [HumanMessage(content=turn.message)]}, {})
+            ordered = [results[n] for n in range(len(cursors))]
+            texts = [str(m.text) for result in ordered for m in result["messages"] if isinstance(m, AIMessage)]
+            stops = [stop for stop in map(stop_of, ordered) if stop is not None]
+            outcomes.append(
+                TurnOutcome(
+                    final=str(ordered[-1]["messages"][-1].text),
+                    stop=stops[0] if stops else None,
+                    seen=[str(m.text) for r in ordered for m in r["messages"] if isinstance(m, ToolMessage)],
+                    model_calls=sum(cursor.step for cursor in cursors),
+                    stop_messages=sum(text.startswith(STOPPED) for text in texts),
+                )
+            )
+        return outcomes
+
+    def _invoke(self, agent: Any, run_input: Any, config: Any) -> Any:
+        return asyncio.run(agent.ainvoke(run_input, config)) if self.asynchronous else agent.invoke(run_input, config)
+
+
+def _loop(agent: Any, rounds: int, ran: list[int]) -> Any:
+    """``agent`` as the one node of a LangGraph graph whose edge runs it again, until it ran ``rounds`` times in
+    the turn or the guard stopped it (a graph's edges are the application's code: this one reads ``stop_of``);
+    ``ran[0]`` counts the rounds (the edge runs after each)."""
+
+    def again(state: Any) -> str:
+        ran[0] += 1
+        return "kit" if ran[0] < rounds and stop_of(state) is None else END
+
+    graph = StateGraph(RepeatGuardState)
+    graph.add_node("kit", agent)
+    graph.add_edge(START, "kit")
+    graph.add_conditional_edges("kit", again, ["kit", END])
+    return graph.compile(checkpointer=InMemorySaver())
+
+
+def _branch(agent: Any, n: int, results: dict[int, Any], asynchronous: bool) -> Any:
+    """A graph node running ``agent`` on the user's message alone; its result goes to ``results[n]``."""
+
+    def run(state: MessagesState) -> dict[str, Any]:
+        results[n] = agent.invoke({"messages": [state["messages"][-1]]})
+        return {}
+
+    async def arun(state: MessagesState) -> dict[str, Any]:
+        results[n] = await agent.ainvoke({"messages": [state["messages"][-1]]})
+        return {}
+
+    return arun if asynchronous else run
+
+
+def _review(box: ToolBox, interrupts: Sequence[Any]) -> dict[str, Any]:
+    """The human's answer to ``HumanInTheLoopMiddleware``'s interrupt (batched: one per response): each call
+    it shows put to ``box.ask``, approved or rejected in order."""
+    (interrupt,) = interrupts
+    decisions = [
+        {"type": "approve" if box.ask(request["name"], str(request["args"]["query"])) else "reject"}
+        for request in interrupt.value["action_requests"]
+    ]
+    return {"decisions": decisions}
 
 
 def kit_tool(box: ToolBox, tool: Tool) -> BaseTool:

@@ -25,6 +25,7 @@ The config names the model, nothing more, so it survives the SDK's serialization
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import threading
@@ -35,6 +36,7 @@ from typing import Any, ClassVar, Literal, cast
 from mistralai.agents import agents
 from mistralai.vibe.harness.app_server.session import SessionClient
 from mistralai.vibe.harness.app_server.session import TextContentBlock as SessionText
+from mistralai.vibe.harness.app_server.session.models.callbacks import CallbackResult
 from mistralai.vibe.harness.core.protocol import TextContentBlock
 from mistralai.vibe.harness.runtime.completion import CompletionConfigBase
 from mistralai.vibe.harness.runtime.completion.models import (
@@ -51,7 +53,7 @@ from mistralai.vibe.harness.runtime.completion.models import (
 from mistralai.vibe_agents.sdk.transport.results import RunResult, run_one_turn
 
 from repeat_hooks import MemoryStore, Stop
-from repeat_hooks.testing import FINAL, Cursor, Scenario, ToolBox, TurnOutcome
+from repeat_hooks.testing import FINAL, SCENARIOS, STOPPED, Cursor, Scenario, ToolBox, TurnOutcome
 
 from .guard import RepeatGuardHook
 from .settings import GuardClass
@@ -200,7 +202,10 @@ class Driver:
     the last turn the driver sends one more user message, which the model answers at once, and reads the
     tool messages of every turn from the conversation that model call is sent.
 
-    rc11 has no read-only hint for a tool: ``Tool.read_only`` is left to the policy's ``read_only``.
+    rc11 has no read-only hint for a tool: ``Tool.read_only`` is left to the policy's ``read_only``. A tool that
+    needs approval gets a ``PermissionRule(decision="ask")`` (its id ``client.<tool>``); rc11 asks the
+    session's approval callback (``session.provide_callbacks(kinds={"approval"})``), which puts the call to
+    ``ToolBox.ask`` and answers ``output=True`` (approved once).
     """
 
     UNSUPPORTED: ClassVar[Mapping[str, str]] = {
@@ -208,6 +213,12 @@ class Driver:
             "rc11 refuses a model response that uses one tool call id twice before any hook runs: "
             "RuntimeError('duplicate model tool call ID ...') from the completion aggregator "
             "(vibe/harness/runtime/completion/aggregation.py:12); the turn fails and no tool runs"
+        ),
+        **dict.fromkeys(
+            [item.name for item in SCENARIOS if item.rounds > 1],
+            "rc11 has no construct that runs an agent again after its answer: agents.Agent takes no loop, and a "
+            "turn ends in CompletedTurn with the model's answer (vibe/harness/core/protocol.py:310, decided in "
+            "the native core); a loop around run_turn is the caller's own code, each message a turn",
         ),
     }
     """Scenarios rc11 itself cannot express, and why."""
@@ -234,6 +245,8 @@ class Driver:
             "store": MemoryStore(),
         }
         guard = cast(type[RepeatGuardHook], GuardClass(f"Conformance{number}", (RepeatGuardHook,), body))
+        if scenario.branches > 1:
+            return await self._branches(scenario, box, guard)
         cursor = Cursor(scenario)
         probing = False
 
@@ -246,6 +259,7 @@ class Driver:
             return [ToolUse(call.tool, {"query": call.query}, call_id=identifier) for call, identifier in reply]
 
         model = ScriptedModel(script)
+        asked = tuple(f"client.{tool.name}" for tool in scenario.tools if tool.needs_approval)
         agent = agents.Agent(
             model=model.name,
             completion=model.completion(),
@@ -256,19 +270,106 @@ class Driver:
             harness=agents.Harness(
                 tools=[_kit_tool(tool.name, tool.description, box) for tool in scenario.tools], hooks=[guard()]
             ),
+            permission_policy=agents.PermissionPolicy(
+                default="allow", rules=(agents.PermissionRule(tools=asked, decision="ask"),) if asked else ()
+            ),
         )
+
+        async def approve(callback: Any) -> CallbackResult:
+            """rc11's approval callback: the call put to ``box.ask`` (``output=True`` approves it once)."""
+            return CallbackResult(callback_id=callback.id, output=box.ask(callback.name, str(callback.input["query"])))
+
         outcomes: list[TurnOutcome] = []
-        async with await agent.create_session() as session:
+        async with (
+            await agent.create_session() as session,
+            session.provide_callbacks(kinds={"approval"}, handler=approve) if asked else contextlib.nullcontext(),
+        ):
             for number, turn in enumerate(scenario.turns):
                 cursor.start_turn(number)
                 result, stop = await guard.run(session, turn.message)
-                outcomes.append(TurnOutcome(final=result.text, stop=stop if isinstance(stop, Stop) else None, seen=[]))
+                outcomes.append(
+                    TurnOutcome(
+                        final=result.text,
+                        stop=stop if isinstance(stop, Stop) else None,
+                        seen=[],
+                        model_calls=cursor.step,
+                        stop_messages=int(result.text.startswith(STOPPED)),
+                    )
+                )
             probing = True
             await guard.run(session, self.PROBE)
         conversation = model.requests[-1]
         for outcome, seen in zip(outcomes, _tool_messages_by_turn(conversation), strict=False):
             outcome.seen = seen
         return outcomes
+
+    async def _branches(self, scenario: Scenario, box: ToolBox, guard: type[RepeatGuardHook]) -> list[TurnOutcome]:
+        """Each turn: the main agent starts one rc11 sub-agent per branch at once (``tools.agents.spawn`` from
+        ``run_typescript``, rc11's one way to start them), waits for their results, then answers. Each branch's
+        sub-agent runs the kit's tools, guarded (``Subagent(hooks=[guard()])``), its model answering from its own
+        ``Cursor``; ``seen`` is what the branches' models read."""
+        cursors = [Cursor(scenario) for _ in range(scenario.branches)]
+        last: dict[int, CompletionRequest] = {}
+
+        def branch(request: CompletionRequest) -> Reply:
+            n = int(last_user_text(request).split(BRANCH, 1)[1].split()[0].strip(".\"'"))
+            last[n] = request
+            reply = cursors[n].next()
+            if isinstance(reply, str):
+                return reply
+            return [ToolUse(call.tool, {"query": call.query}, call_id=identifier) for call, identifier in reply]
+
+        def main(request: CompletionRequest) -> Reply:
+            if not any(isinstance(message, CompletionToolMessage) for message in request.messages):
+                spawns = "\n".join(
+                    f'  await tools.agents.spawn({{name: "b{n}", message: "{BRANCH}{n}", config_name: "kit_branch"}});'
+                    for n in range(len(cursors))
+                )
+                return ToolUse("run_typescript", {"code": f"async function main() {{\n{spawns}\n}}"})
+            results = sum(str(m.content).startswith("Agent result from") for m in request.messages)
+            return FINAL if results == len(cursors) else ToolUse("wait", {"timeout_ms": 5000})
+
+        branch_model, main_model = ScriptedModel(branch), ScriptedModel(main)
+        child = agents.Subagent(
+            name="kit_branch",
+            description="One branch of the kit.",
+            instructions="You track parcels.",
+            model=branch_model.name,
+            completion=branch_model.completion(),
+            tools=[_kit_tool(tool.name, tool.description, box) for tool in scenario.tools],
+            hooks=[guard()],
+            builtins=agents.Builtins.none(),
+        )
+        agent = agents.Agent(
+            model=main_model.name,
+            completion=main_model.completion(),
+            name="conformance",
+            builtins=agents.Builtins(skills=False),
+            max_iterations=self.max_iterations,
+            harness=agents.Harness(hooks=[guard()]),
+            subagents=[child],
+        )
+        outcomes: list[TurnOutcome] = []
+        async with await agent.create_session() as session:
+            for number, turn in enumerate(scenario.turns):
+                for cursor in cursors:
+                    cursor.start_turn(number)
+                last.clear()
+                result, stop = await guard.run(session, turn.message)
+                outcomes.append(
+                    TurnOutcome(
+                        final=result.text,
+                        stop=stop if isinstance(stop, Stop) else None,
+                        seen=[text for n in sorted(last) for text in tool_messages(last[n])],
+                        model_calls=sum(cursor.step for cursor in cursors),
+                        stop_messages=int(result.text.startswith(STOPPED)),
+                    )
+                )
+        return outcomes
+
+
+BRANCH = "Do kit branch "
+"""The message the main agent starts each branch's sub-agent with, the branch's number after it."""
 
 
 def _kit_tool(name: str, description: str, box: ToolBox) -> Any:

@@ -255,6 +255,12 @@ UNSUPPORTED: dict[str, str] = {
         "tool_planning.py:442-451, filter_completed), so a model layer answering call_0 every time runs the "
         "tool once per run; the guard counts only the calls the SDK keeps (calls.batch_of)"
     ),
+    **dict.fromkeys(
+        [item.name for item in kit.SCENARIOS if item.rounds > 1],
+        "openai-agents 0.24 has no construct that runs an agent again after its final output: Runner.run ends at "
+        "the first NextStepFinalOutput (agents/run.py:1351), and a handoff passes the turn on, it does not loop "
+        "back; a loop around Runner.run is the caller's own code, one turn per run",
+    ),
 }
 """Kit scenarios this SDK cannot express, and why (each has a test of the SDK's own behaviour instead)."""
 
@@ -266,6 +272,11 @@ class Driver:
     conversation); each turn is one run, its model a ``ScriptedModel`` answering the scenario's script where
     the kit's ``Cursor`` is (passed as ``RunConfig(model=...)``), the history carried to the next turn as the
     SDK gives it (``result.to_input_list()``, plus ``stop_items``). ``seen`` is read from the run's own items.
+    A tool that needs approval is ``needs_approval=True``: a run it interrupts is resumed from its ``RunState``
+    (``result.to_state()``) with each interruption put to ``ToolBox.ask`` and approved, until none is left.
+    ``branches > 1``: the agent, its model on a ``Cursor`` of its own per branch, is a tool of an orchestrator
+    (``agent.as_tool``) that calls it once per branch in one response (the orchestrator's model is not the
+    kit's: only the branches' model calls are counted).
     """
 
     def __init__(self, *, streamed: bool = False) -> None:
@@ -277,30 +288,92 @@ class Driver:
 
     async def run_async(self, scenario: kit.Scenario, box: kit.ToolBox) -> list[kit.TurnOutcome]:
         """``run``, for a caller already in an event loop."""
-        agent = guard_agent(
-            Agent(name="kit", instructions="Use the tools.", tools=[kit_tool(tool, box) for tool in scenario.tools]),
-            scenario.policy,
-        )
+        cursors = [kit.Cursor(scenario) for _ in range(scenario.branches)]
+        tools: list[Tool] = [kit_tool(tool, box) for tool in scenario.tools]
+        if scenario.branches == 1:
+            agent = guard_agent(Agent(name="kit", instructions="Use the tools.", tools=tools), scenario.policy)
+            model = ScriptedModel(then=_script(cursors[0]))
+        else:
+            agent, model = _orchestrator(scenario, tools, cursors)
         state = GuardState()
-        cursor = kit.Cursor(scenario)
-        model = ScriptedModel(then=_script(cursor))
         history: list[TResponseInputItem] = []
         outcomes = []
         for number, turn in enumerate(scenario.turns):
-            cursor.start_turn(number)
-            turn_input: list[TResponseInputItem] = [*history, {"role": "user", "content": turn.message}]
-            config = RunConfig(model=model, tracing_disabled=True)
-            if self.streamed:
-                streamed = Runner.run_streamed(agent, turn_input, context=state, max_turns=100, run_config=config)
-                async for _ in streamed.stream_events():
-                    pass
-                result: Any = streamed
-            else:
-                result = await Runner.run(agent, turn_input, context=state, max_turns=100, run_config=config)
+            for cursor in cursors:
+                cursor.start_turn(number)
+            run_input: Any = [*history, {"role": "user", "content": turn.message}]
+            # One model for all (RunConfig's overrides every agent's), or each agent's own for branches.
+            config = RunConfig(model=model if scenario.branches == 1 else None, tracing_disabled=True)
+            while True:
+                result = await self._run(agent, run_input, state, config)
+                if not result.interruptions:
+                    break
+                run_input = result.to_state()
+                for item in result.interruptions:
+                    if box.ask(str(item.name), json.loads(item.raw_item.arguments)["query"]):
+                        run_input.approve(item)
             seen = [_text(item.raw_item) for item in result.new_items if isinstance(item, ToolCallOutputItem)]
-            outcomes.append(kit.TurnOutcome(final=str(result.final_output), stop=stop_of(result), seen=seen))
+            final = str(result.final_output)
+            outcomes.append(
+                kit.TurnOutcome(
+                    final=final,
+                    stop=stop_of(result),
+                    seen=[text for text in seen if not text.startswith(_BRANCH)],
+                    model_calls=sum(cursor.step for cursor in cursors),
+                    stop_messages=int(final.startswith(kit.STOPPED)),
+                )
+            )
             history = [*result.to_input_list(), *stop_items(result)]
         return outcomes
+
+    async def _run(self, agent: Agent[Any], run_input: Any, state: GuardState, config: RunConfig) -> Any:
+        """One ``Runner.run`` (or ``run_streamed``, its events drained) of ``run_input``: a turn's input or a
+        ``RunState`` to resume."""
+        if self.streamed:
+            streamed = Runner.run_streamed(agent, run_input, context=state, max_turns=100, run_config=config)
+            async for _ in streamed.stream_events():
+                pass
+            return streamed
+        return await Runner.run(agent, run_input, context=state, max_turns=100, run_config=config)
+
+
+_BRANCH = "branch answered: "
+"""How the orchestrator's branch tool hands a branch's answer back (not a kit tool's result)."""
+
+
+def _orchestrator(
+    scenario: kit.Scenario, tools: list[Tool], cursors: list[kit.Cursor]
+) -> tuple[Agent[Any], ScriptedModel]:
+    """A guarded orchestrator whose model calls its one tool, ``ask_branch``, once per cursor in one response;
+    each call runs the guarded kit agent (``as_tool``) with a model of its own answering from that cursor."""
+    branches: list[Tool] = [
+        guard_agent(
+            Agent(
+                name=f"kit_branch_{n}",
+                instructions="Use the tools.",
+                tools=tools,
+                model=ScriptedModel(then=_script(cursor)),
+            ),
+            scenario.policy,
+        ).as_tool(
+            tool_name=f"ask_branch_{n}",
+            tool_description="Ask one branch.",
+            custom_output_extractor=_branch_answer,
+        )
+        for n, cursor in enumerate(cursors)
+    ]
+
+    def orchestrate(n: int, model: ScriptedModel) -> Reply:
+        if n % 2:
+            return [message(kit.FINAL)]
+        return [tool_call(f"ask_branch_{b}", {"input": "go"}, f"branch_{n}_{b}") for b in range(len(cursors))]
+
+    model = ScriptedModel(then=orchestrate)
+    return guard_agent(Agent(name="kit_orchestrator", tools=branches, model=model), scenario.policy), model
+
+
+async def _branch_answer(result: Any) -> str:
+    return _BRANCH + str(result.final_output)
 
 
 def kit_tool(tool: kit.Tool, box: kit.ToolBox) -> FunctionTool:
@@ -310,7 +383,9 @@ def kit_tool(tool: kit.Tool, box: kit.ToolBox) -> FunctionTool:
     def run(query: str) -> Any:
         return box.run(tool.name, query)
 
-    return function_tool(run, name_override=tool.name, description_override=tool.description)
+    return function_tool(
+        run, name_override=tool.name, description_override=tool.description, needs_approval=tool.needs_approval
+    )
 
 
 def _script(cursor: kit.Cursor) -> Script:

@@ -30,7 +30,18 @@ import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
-from pydantic_ai import Agent, AgentRunResult, CallToolsNode, Tool, ToolFailed
+from pydantic_ai import (
+    Agent,
+    AgentRunResult,
+    CallToolsNode,
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    Tool,
+    ToolApproved,
+    ToolDenied,
+    ToolFailed,
+)
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -160,6 +171,12 @@ UNSUPPORTED: dict[str, str] = {
         "runs: UnexpectedModelBehavior('Function tool calls must have unique `tool_call_id` values', "
         "pydantic_ai/_tool_execution.py:749-752)"
     ),
+    **dict.fromkeys(
+        [item.name for item in kit.SCENARIOS if item.rounds > 1],
+        "pydantic-ai has no construct that runs an agent again after its output: a run's graph ends at its first "
+        "final result (End, pydantic_ai/_agent_graph.py:4302); a loop around agent.run is the caller's own "
+        "code, each run a turn",
+    ),
 }
 """Kit scenarios pydantic-ai itself cannot express, and why (their own tests prove the SDK's behaviour)."""
 
@@ -172,6 +189,12 @@ class Driver:
     ``pause_after=k``: each turn runs with ``agent.iter``, is broken off at its ``k``-th ``CallToolsNode``
     and resumed with ``message_history=`` and no prompt (the same turn, its counts rebuilt from the
     history): every scenario must end as it does uninterrupted.
+
+    A tool that needs approval is ``Tool(requires_approval=True)`` (the output ``[str, DeferredToolRequests]``):
+    a run that ends asking is resumed with ``message_history=`` and ``DeferredToolResults`` of each call put to
+    ``ToolBox.ask``, until it ends with text. ``branches > 1``: a guarded orchestrator calls one tool per
+    branch in one response, each running a guarded kit agent of its own (its model on its own ``Cursor``):
+    pydantic-ai's agent delegation; ``seen`` is then what the branches' models read.
     """
 
     def __init__(self, pause_after: int | None = None) -> None:
@@ -179,37 +202,104 @@ class Driver:
 
     def run(self, scenario: kit.Scenario, box: kit.ToolBox) -> list[kit.TurnOutcome]:
         """Every turn of ``scenario`` on one guarded agent; one outcome per turn, read from pydantic-ai."""
-        cursor = kit.Cursor(scenario)
-        agent: Agent[None, str] = Agent(
-            ScriptedModel(lambda step: cursor_reply(cursor)),
-            tools=[kit_tool(tool, box) for tool in scenario.tools],
-            capabilities=[RepeatGuard(scenario.policy)],
-        )
+        cursors = [kit.Cursor(scenario) for _ in range(scenario.branches)]
+        branch_seen: list[str] = []
+        if len(cursors) == 1:
+            agent = _kit_agent(scenario, box, cursors[0])
+        else:
+            agent = _orchestrator(scenario, box, cursors, branch_seen)
         history: list[ModelMessage] = []
         outcomes: list[kit.TurnOutcome] = []
         for number, turn in enumerate(scenario.turns):
-            cursor.start_turn(number)
+            for cursor in cursors:
+                cursor.start_turn(number)
+            branch_seen.clear()
             if self.pause_after is None:
                 result = agent.run_sync(turn.message, message_history=history)
             else:
                 paused = asyncio.run(pause(agent, turn.message, history, self.pause_after))
                 result = paused if not isinstance(paused, list) else agent.run_sync(message_history=paused)
+            while isinstance(result.output, DeferredToolRequests):
+                answers: dict[str, bool | ToolApproved | ToolDenied] = {
+                    call.tool_call_id: box.ask(call.tool_name, str(call.args_as_dict()["query"]))
+                    for call in result.output.approvals
+                }
+                result = agent.run_sync(
+                    message_history=result.all_messages(), deferred_tool_results=DeferredToolResults(approvals=answers)
+                )
             new = result.all_messages()[len(history) :]
-            seen = [
-                part.model_response_str()
-                for message in new
-                if isinstance(message, ModelRequest)
-                for part in message.parts
-                if isinstance(part, ToolReturnPart)
-            ]
-            outcomes.append(kit.TurnOutcome(final=result.output, stop=stop_of(result), seen=seen))
+            seen = branch_seen[:] if len(cursors) > 1 else tool_returns_of(new)
+            outcomes.append(
+                kit.TurnOutcome(
+                    final=str(result.output),
+                    stop=stop_of(result),
+                    seen=seen,
+                    model_calls=sum(cursor.step for cursor in cursors),
+                    stop_messages=sum(text.startswith(kit.STOPPED) for text in texts_of(new)),
+                )
+            )
             history = result.all_messages()
         return outcomes
 
 
+def _kit_agent(scenario: kit.Scenario, box: kit.ToolBox, cursor: kit.Cursor) -> Agent[None, Any]:
+    """The kit's guarded agent, its model answering where ``cursor`` is."""
+    output: Any = [str, DeferredToolRequests] if any(tool.needs_approval for tool in scenario.tools) else str
+    return Agent(
+        ScriptedModel(lambda step: cursor_reply(cursor)),
+        tools=[kit_tool(tool, box) for tool in scenario.tools],
+        capabilities=[RepeatGuard(scenario.policy)],
+        output_type=output,
+    )
+
+
+def _orchestrator(
+    scenario: kit.Scenario, box: kit.ToolBox, cursors: list[kit.Cursor], seen: list[str]
+) -> Agent[None, Any]:
+    """A guarded agent whose model calls ``ask_branch_<n>`` for every cursor in one response, then answers
+    ``FINAL``; each call runs a guarded kit agent of its own (``usage=ctx.usage``) and adds what its model read
+    to ``seen``."""
+
+    def branch(agent: Agent[None, Any], name: str) -> Tool[None]:
+        async def ask(ctx: RunContext[None]) -> str:
+            result = await agent.run("Go.", usage=ctx.usage)
+            seen.extend(tool_returns_of(result.all_messages()))
+            return str(result.output)
+
+        return Tool(ask, name=name, description="Ask one branch.")
+
+    tools = [branch(_kit_agent(scenario, box, cursor), f"ask_branch_{n}") for n, cursor in enumerate(cursors)]
+
+    def script(step: int) -> Reply:
+        if step % 2:
+            return [TextPart(kit.FINAL)]
+        return [ToolCallPart(tool.name, {}, tool_call_id=f"branch_{step}_{n}") for n, tool in enumerate(tools)]
+
+    return Agent(ScriptedModel(script), tools=tools, capabilities=[RepeatGuard(scenario.policy)])
+
+
+def tool_returns_of(messages: Sequence[ModelMessage]) -> list[str]:
+    """Every tool return (refusals included) in ``messages``, in order, as the model reads it."""
+    return [
+        part.model_response_str()
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, ToolReturnPart)
+    ]
+
+
+def texts_of(messages: Sequence[ModelMessage]) -> list[str]:
+    """The text of every model response in ``messages`` that has one (the guard's stop message included)."""
+    texts = [
+        "".join(p.content for p in m.parts if isinstance(p, TextPart)) for m in messages if isinstance(m, ModelResponse)
+    ]
+    return [text for text in texts if text]
+
+
 async def pause(
-    agent: Agent[None, str], prompt: str, history: list[ModelMessage], tool_steps: int
-) -> AgentRunResult[str] | list[ModelMessage]:
+    agent: Agent[None, Any], prompt: str, history: list[ModelMessage], tool_steps: int
+) -> AgentRunResult[Any] | list[ModelMessage]:
     """Run a turn with ``iter``; broken off at its ``tool_steps``-th ``CallToolsNode``: the messages so far,
     else (it ended first) its result."""
     steps = 0
@@ -247,4 +337,6 @@ def kit_tool(tool: kit.Tool, box: kit.ToolBox) -> Tool[None]:
             raise ToolFailed(str(error)) from error
 
     metadata = None if tool.read_only is None else {"annotations": {"readOnlyHint": tool.read_only}}
-    return Tool(run, name=tool.name, description=tool.description, metadata=metadata)
+    return Tool(
+        run, name=tool.name, description=tool.description, metadata=metadata, requires_approval=tool.needs_approval
+    )

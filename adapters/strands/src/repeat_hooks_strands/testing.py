@@ -25,14 +25,18 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from strands import Agent
+from strands.hooks import BeforeToolCallEvent, HookCallback, HookProvider, HookRegistry
 from strands.models.model import Model
+from strands.multiagent import GraphBuilder
+from strands.multiagent.graph import GraphState
 from strands.tools.decorator import DecoratedFunctionTool
 from strands.tools.decorator import tool as strands_tool
 from strands.types.content import Messages
+from strands.types.interrupt import InterruptResponseContent
 from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolSpec, ToolUse
 
-from repeat_hooks.testing import Cursor, Scenario, Tool, ToolBox, TurnOutcome
+from repeat_hooks.testing import STOPPED, Cursor, Scenario, Tool, ToolBox, TurnOutcome
 
 from .guard import RepeatGuardHooks
 from .state import stop_of
@@ -190,7 +194,12 @@ class Driver:
     Strands' default (concurrent) tool executor unless ``tool_executor`` is given; one conversation, one
     ``agent(message)`` per user turn. A tool raising ``ToolFailed`` is an error result Strands makes
     itself (``Error: ToolFailed - ...``). What the model saw is read from ``agent.messages``; the stop
-    through ``stop_of``.
+    through ``stop_of``; the stop messages are the turn's assistant messages that hold one.
+
+    A tool that needs approval is put to a human by a hook of the driver's own (``Approval``, listed after the
+    guard), which raises Strands' interrupt (``event.interrupt``) for each call the guard let through; the
+    turn resumes with ``agent([{"interruptResponse": ...}])``, each answer from ``ToolBox.ask``, until it
+    ends without one.
     """
 
     def __init__(self, *, tool_executor: Any = None, **options: Any) -> None:
@@ -200,7 +209,55 @@ class Driver:
 
     def run(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
         """Run every turn of ``scenario`` in one conversation of a fresh agent; one outcome per turn."""
-        cursor = Cursor(scenario)
+        cursors = [Cursor(scenario) for _ in range(scenario.branches)]
+        guard = RepeatGuardHooks(scenario.policy, **self.options)
+        approval = Approval({tool.name for tool in scenario.tools if tool.needs_approval})
+        agents = [self._agent(scenario, box, cursor, [guard, approval], n) for n, cursor in enumerate(cursors)]
+        graph = _graph(scenario, agents) if scenario.rounds > 1 or scenario.branches > 1 else None
+        outcomes: list[TurnOutcome] = []
+        for number, turn in enumerate(scenario.turns):
+            for cursor in cursors:
+                cursor.start_turn(number)
+            starts = [len(agent.messages) for agent in agents]
+            rounds = 1
+            if graph is not None:
+                ran = graph(turn.message).execution_order
+                if scenario.rounds > 1:
+                    rounds = len(ran)  # the one node's runs, as the graph ordered them
+            else:
+                (agent,) = agents
+                result = agent(turn.message)
+                while result.stop_reason == "interrupt":
+                    answers: list[InterruptResponseContent] = [
+                        {"interruptResponse": {"interruptId": item.id, "response": box.ask(*item.reason)}}
+                        for item in result.interrupts or ()
+                    ]
+                    result = agent(answers)
+            texts = [
+                _text(message)
+                for agent, start in zip(agents, starts, strict=True)
+                for message in agent.messages[start:]
+                if message["role"] == "assistant"
+            ]
+            stops = [stop for stop in map(stop_of, agents) if stop is not None]
+            outcomes.append(
+                TurnOutcome(
+                    final=final_text(agents[-1]),
+                    stop=stops[0] if stops else None,
+                    seen=[
+                        text for agent, start in zip(agents, starts, strict=True) for text in tool_results(agent, start)
+                    ],
+                    model_calls=sum(cursor.step for cursor in cursors),
+                    stop_messages=sum(text.startswith(STOPPED) for text in texts),
+                    rounds=rounds,
+                )
+            )
+        return outcomes
+
+    def _agent(
+        self, scenario: Scenario, box: ToolBox, cursor: Cursor, hooks: list[HookProvider | HookCallback[Any]], n: int
+    ) -> Agent:
+        """The kit's agent (``kit`` or ``kit_branch_<n>``), its model answering where ``cursor`` is."""
 
         def script(model: ScriptedModel, messages: Messages) -> Reply:
             reply = cursor.next()
@@ -211,20 +268,60 @@ class Driver:
         extra: dict[str, Any] = {}
         if self.tool_executor is not None:
             extra["tool_executor"] = self.tool_executor
-        agent = Agent(
+        return Agent(
+            name="kit" if scenario.branches == 1 else f"kit_branch_{n}",
             model=ScriptedModel(then=script, record_requests=False),
             tools=[kit_tool(box, tool) for tool in scenario.tools],
-            hooks=[RepeatGuardHooks(scenario.policy, **self.options)],
+            hooks=hooks,
             callback_handler=None,
             **extra,
         )
-        outcomes: list[TurnOutcome] = []
-        for number, turn in enumerate(scenario.turns):
-            cursor.start_turn(number)
-            start = len(agent.messages)
-            agent(turn.message)
-            outcomes.append(TurnOutcome(final=final_text(agent), stop=stop_of(agent), seen=tool_results(agent, start)))
-        return outcomes
+
+
+def _graph(scenario: Scenario, agents: list[Agent]) -> Any:
+    """A Strands ``Graph`` around the kit's agents: with ``rounds > 1``, one node whose edge back to itself runs
+    it again until it ran ``rounds`` times or the guard stopped it (the edge reads ``stop_of``, as the adapter
+    documents for graphs); with ``branches > 1``, one node per agent and no edge (all run at once)."""
+    builder = GraphBuilder()
+    for agent in agents:
+        builder.add_node(agent, agent.name)
+    if scenario.rounds > 1:
+        (agent,) = agents
+
+        def again(state: GraphState) -> bool:
+            ran = sum(1 for node in state.execution_order if node.node_id == agent.name)
+            return ran < scenario.rounds and stop_of(agent) is None
+
+        builder.add_edge(agent.name, agent.name, condition=again)
+        builder.set_entry_point(agent.name)
+    return builder.set_max_node_executions(max(scenario.rounds, len(agents))).build()
+
+
+class Approval(HookProvider):
+    """A human approval of each call of ``tools``, as a Strands user writes one: a ``BeforeToolCallEvent`` hook
+    raising an interrupt (its reason ``(tool, query)``); a call the guard refused (``cancel_tool`` set by the
+    guard's hook, registered first) is not put to anyone. A call not approved is cancelled."""
+
+    def __init__(self, tools: set[str]) -> None:
+        self.tools = tools
+
+    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        """Registers the approval on ``BeforeToolCallEvent``."""
+        registry.add_callback(BeforeToolCallEvent, self.approve)
+
+    def approve(self, event: BeforeToolCallEvent) -> None:
+        """Fires before each tool call: for a call that needs approval and was not refused, asks (the first
+        time: raises the interrupt) or reads the answer (on resume)."""
+        name = str(event.tool_use["name"])
+        if name not in self.tools or event.cancel_tool:
+            return
+        query = str(dict(event.tool_use["input"])["query"])
+        if event.interrupt("kit_approval", reason=(name, query)) is not True:
+            event.cancel_tool = "not approved"
+
+
+def _text(message: Any) -> str:
+    return "".join(block.get("text", "") for block in message["content"])
 
 
 def kit_tool(box: ToolBox, tool: Tool) -> DecoratedFunctionTool[..., Any]:
