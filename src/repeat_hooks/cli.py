@@ -9,7 +9,12 @@ Input: JSON Lines or JSON (a list), optionally gzipped, each record either the g
 response) or an OpenAI chat-format conversation (a list of messages, or ``{"messages": [...], "success":
 ...}``: each user message starts a turn; an assistant message's ``tool_calls`` are one response; ``tool``
 messages carry the results). A malformed record is reported on stderr with its line number, and the rest is
-still replayed.
+still replayed. A digest-only recording (``repeat_hooks.recording``: a file of it, or a recorder's folder)
+is read too, and decided on exactly as the full trajectories it was made from.
+
+``repeat-hooks record FILES --out DIR`` writes full trajectories as a digest-only recording;
+``repeat-hooks tune FILES`` proposes a policy from recordings, each suggestion measured by replay
+(``repeat_hooks.tune``). A command whose output is cut short (``| head``) ends quietly.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import argparse
 import gzip
 import io
 import json
+import os
 import sys
 import zlib
 from collections.abc import Iterator, Sequence
@@ -27,7 +33,8 @@ from typing import IO, Any
 from pydantic import ValidationError
 
 from .policy import Policy
-from .replay import RecordedCall, Tally, Trajectory, replay_one
+from .recording import DigestRecorder, is_digest_line, read_digest_lines, read_folder
+from .replay import ROWS, NotReplayable, RecordedCall, Tally, Trajectory, replay_one
 
 MAX_LINE_CHARS = 64 * 1024 * 1024
 """A JSON Lines line longer than this is reported and skipped (read in chunks: memory stays bounded)."""
@@ -36,17 +43,8 @@ MAX_DOCUMENT_CHARS = 256 * 1024 * 1024
 PROGRESS_BYTES = 4 * 1024 * 1024
 """Files larger than this show a progress bar on a terminal."""
 
-ROWS: tuple[tuple[str, str], ...] = (
-    ("trajectories", "trajectories"),
-    ("successful", "successful"),
-    ("successful_with_refusal", "successful with a refusal or stop"),
-    ("harmful_in_successful", "harmful refusals in successful"),
-    ("harmful", "harmful refusals (all)"),
-    ("waste_prevented", "waste prevented"),
-    ("refused", "calls refused"),
-    ("turns_stopped", "turns stopped"),
-    ("loops_caught", "no-progress loops caught"),
-)
+INPUTS = "JSONL or JSON files (optionally gzipped), or a DigestRecorder's folder (its files read together)"
+KEY_HELP = "the file whose bytes (16 or more) keyed the recording's digests (DigestRecorder(digest_key=...))"
 
 
 class MalformedRecord(ValueError):
@@ -54,11 +52,25 @@ class MalformedRecord(ValueError):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``repeat-hooks`` console script; returns the exit status."""
+    """The ``repeat-hooks`` console script; returns the exit status. Output cut short by its reader (``| head``)
+    ends it quietly, with status 0."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush must not raise again
+        return 0
+
+
+class UsageError(Exception):
+    """A command-line value that cannot be used: its one-line reason is printed, the status is 2."""
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="repeat-hooks", description="Stop LLM agents from repeating tool calls.")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     play = commands.add_parser("replay", help="replay recorded trajectories through one or more policies")
-    play.add_argument("files", nargs="+", type=Path, help="JSONL or JSON files, optionally gzipped")
+    play.add_argument("files", nargs="+", type=Path, help=INPUTS)
     play.add_argument(
         "--policy",
         action="append",
@@ -68,11 +80,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     play.add_argument("--json", action="store_true", help="print the figures as JSON")
     play.add_argument("--examples", action="store_true", help="list where harmful refusals happened")
+    play.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write the figures as one self-contained HTML page (tool names and digests only)",
+    )
+    play.add_argument("--digest-key-file", type=Path, metavar="FILE", help=KEY_HELP)
+    _add_record_and_tune(commands)
     args = parser.parse_args(argv)
     try:
-        policies = [Policy.model_validate_json(text) for text in args.policy] or [Policy()]
-    except ValidationError as error:
-        parser.error(f"--policy: {error}")
+        if args.command == "record":
+            return record(args.files, args.out, read_key(args.digest_key_file), append=args.append)
+        if args.command == "tune":
+            base = parse_policy(args.policy) if args.policy is not None else None
+            return tune_files(args.files, base, read_key(args.digest_key_file))
+        policies = [parse_policy(text) for text in args.policy] or [Policy()]
+        key = read_key(args.digest_key_file)
+        if args.html is not None:
+            check_writable(args.html, "--html")
+    except UsageError as error:
+        print(f"repeat-hooks {args.command}: {error}", file=sys.stderr)
+        return 2
     for label, policy in zip(args.policy, policies, strict=False):
         if policy.max_model_seconds is not None or policy.max_cost_usd is not None:
             print(
@@ -85,14 +114,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     errors = 0
     for path in args.files:
         try:
-            for trajectory in read_trajectories(path):
+            for trajectory in read_trajectories(path, key):
                 for policy, tally in zip(policies, tallies, strict=True):
                     replay_one(policy, trajectory, tally)
         except MalformedRecordsSeen as seen:
             errors += seen.count
-        except OSError as error:
+        except (OSError, NotReplayable) as error:
             print(f"repeat-hooks: {path}: {error}", file=sys.stderr)
             return 2
+    unwritten = args.html is not None and not write_html(args.html, labels, tallies, args.files)
     if args.json:
         print(
             json.dumps(
@@ -105,6 +135,149 @@ def main(argv: Sequence[str] | None = None) -> int:
             for label, tally in zip(labels, tallies, strict=True):
                 for example in tally.examples:
                     print(f"harmful ({label}): {example}")
+    return 2 if unwritten else 1 if errors else 0
+
+
+def write_html(path: Path, labels: Sequence[str], tallies: Sequence[Tally], files: Sequence[Path]) -> bool:
+    """Write the report page (``repeat_hooks.report``) to ``path``; ``False`` (the reason on stderr) if it
+    cannot be written."""
+    from .report import render_html
+
+    try:
+        path.write_text(render_html(labels, tallies, [file.name for file in files]), encoding="utf-8")
+    except OSError as error:
+        print(f"repeat-hooks: --html {path}: {error}", file=sys.stderr)
+        return False
+    return True
+
+
+def _add_record_and_tune(commands: Any) -> None:
+    """The ``record`` and ``tune`` subcommands' arguments."""
+    convert = commands.add_parser("record", help="write trajectories as a digest-only recording (no values)")
+    convert.add_argument("files", nargs="+", type=Path, help="JSONL or JSON files, optionally gzipped")
+    convert.add_argument("--out", type=Path, required=True, metavar="DIR", help="the folder to write it in")
+    convert.add_argument(
+        "--append", action="store_true", help="add to the recording already in --out (else it must be empty)"
+    )
+    convert.add_argument(
+        "--digest-key-file", type=Path, metavar="FILE", help="a file whose bytes (16 or more) key every digest"
+    )
+    propose = commands.add_parser("tune", help="propose a policy from recordings (digest or full), measured")
+    propose.add_argument("files", nargs="+", type=Path, help=INPUTS)
+    propose.add_argument(
+        "--policy", metavar="JSON", help="the policy to tune from, as JSON (default: the default policy)"
+    )
+    propose.add_argument("--digest-key-file", type=Path, metavar="FILE", help=KEY_HELP)
+
+
+def parse_policy(text: str) -> Policy:
+    """``--policy JSON`` as a ``Policy``; ``UsageError`` with a one-line reason."""
+    try:
+        return Policy.model_validate_json(text)
+    except ValidationError as error:
+        reasons = []
+        for problem in error.errors(include_url=False):
+            where = ".".join(str(part) for part in problem["loc"])
+            message = str(problem["msg"]).removeprefix("Value error, ")
+            reasons.append(f"{where}: {message}" if where else message)
+        raise UsageError(f"--policy {text}: {'; '.join(reasons)}") from None
+
+
+def read_key(path: Path | None) -> bytes:
+    """The bytes of ``--digest-key-file`` (``b""``: none given); ``UsageError`` naming the option."""
+    if path is None:
+        return b""
+    try:
+        key = path.read_bytes()
+    except OSError as error:
+        raise UsageError(f"--digest-key-file {path}: {error.strerror or error}") from None
+    if len(key) < 16:
+        raise UsageError(f"--digest-key-file {path}: holds {len(key)} bytes; a digest key needs at least 16")
+    return key
+
+
+def check_writable(path: Path, option: str) -> None:
+    """Whether a file can be written at ``path`` (checked before any work); ``UsageError`` naming ``option``."""
+    folder = path.parent
+    if path.is_dir():
+        raise UsageError(f"{option} {path}: is a folder")
+    if not folder.is_dir():
+        raise UsageError(f"{option} {path}: no folder {folder}")
+    if not os.access(path if path.exists() else folder, os.W_OK):
+        raise UsageError(f"{option} {path}: cannot be written (permission denied)")
+
+
+def record(files: Sequence[Path], out: Path, key: bytes, *, append: bool = False) -> int:
+    """``repeat-hooks record``: write ``files`` to ``out`` as one digest recording (never rotated); returns the
+    exit status: 2 when nothing could be written, 1 when some records were malformed or none was found."""
+    try:
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out}: is a file, not a folder")
+        if out.is_dir() and any(out.iterdir()) and not append:
+            raise UsageError(f"--out {out}: is not empty (--append to add to the recording in it)")
+        out.mkdir(parents=True, exist_ok=True)
+        recorder = DigestRecorder(out, max_bytes=None, digest_key=key or None)
+    except UsageError as error:
+        print(f"repeat-hooks record: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"repeat-hooks record: --out {out}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    errors = written = 0
+    try:
+        for path in _distinct(files):
+            try:
+                for trajectory in read_trajectories(path):
+                    recorder.write_trajectory(trajectory)
+                    written += 1
+            except MalformedRecordsSeen as seen:
+                errors += seen.count
+            except OSError as error:
+                print(f"repeat-hooks record: {path}: {error.strerror or error}", file=sys.stderr)
+                return 2
+    finally:
+        recorder.close()
+    if not written:
+        print("repeat-hooks record: no conversations in the files given; nothing written", file=sys.stderr)
+        return 1
+    print(f"{written} conversations written to {recorder.path}")
+    return 1 if errors else 0
+
+
+def _distinct(files: Sequence[Path]) -> list[Path]:
+    """``files`` without a file named twice (``record a.jsonl a.jsonl`` writes it once)."""
+    seen: set[str] = set()
+    kept = []
+    for path in files:
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen.add(real)
+            kept.append(path)
+    return kept
+
+
+def tune_files(files: Sequence[Path], base: Policy | None = None, key: bytes = b"") -> int:
+    """``repeat-hooks tune``: read ``files``, print the proposed policy and its figures; the exit status."""
+    from .tune import report, tune
+
+    trajectories: list[Trajectory] = []
+    errors = 0
+    for path in files:
+        try:
+            trajectories.extend(read_trajectories(path, key))
+        except MalformedRecordsSeen as seen:
+            errors += seen.count
+        except OSError as error:
+            print(f"repeat-hooks: {path}: {error}", file=sys.stderr)
+            return 2
+    try:
+        proposal = tune(trajectories, base)
+    except NotReplayable as error:
+        print(f"repeat-hooks tune: {error}", file=sys.stderr)
+        return 2
+    print(report(proposal))
+    print()
+    print(table(["default", "proposed"], [proposal.default, proposal.proposed]))
     return 1 if errors else 0
 
 
@@ -137,8 +310,10 @@ class MalformedRecordsSeen(Exception):
         self.count = count
 
 
-def read_trajectories(path: Path) -> Iterator[Trajectory]:
-    """The trajectories in ``path`` (JSONL or JSON, gzipped or not); malformed records reported on stderr.
+def read_trajectories(path: Path, key: bytes = b"") -> Iterator[Trajectory]:
+    """The trajectories in ``path`` (JSONL or JSON, gzipped or not, or a recorder's folder); malformed records
+    reported on stderr. ``key``: the digest key a digest recording was made with (its ``ignore_*`` replay needs
+    it).
 
     JSON Lines when the first line is a JSON value of its own, else one JSON document (a record, a list of
     records, or one chat-format conversation). Memory stays bounded: a line over ``MAX_LINE_CHARS``, a
@@ -147,21 +322,30 @@ def read_trajectories(path: Path) -> Iterator[Trajectory]:
     early or its compression is corrupt (a one-line reason on stderr, never a traceback).
     """
     seen = _Seen(path)
+    if path.is_dir():  # a DigestRecorder's folder: its rotated files as one stream
+        yield from read_folder(path, seen.report, key)
+        if seen.bad:
+            raise MalformedRecordsSeen(seen.bad)
+        return
     with path.open("rb") as raw:
         text = _open_text(raw)
         try:
             first = text.readline(MAX_LINE_CHARS + 1)
+            blank = bool(first)
             while first and not first.strip():
                 first = text.readline(MAX_LINE_CHARS + 1)
             if not first:
-                print(f"repeat-hooks: {path}: no records (an empty file)", file=sys.stderr)
+                what = "only blank lines" if blank else "an empty file"
+                print(f"repeat-hooks: {path}: no records ({what})", file=sys.stderr)
                 return
             try:
-                json.loads(first)
+                digests = is_digest_line(json.loads(first))
                 lines: Iterator[str | None] | None = _chain(first, text)
             except (ValueError, RecursionError):
-                lines = None
-            if lines is None:  # one JSON document over several lines, or JSON Lines with a bad first line
+                digests, lines = False, None
+            if digests and lines is not None:
+                yield from read_digest_lines(_digest_lines(lines, seen), seen.report, key)
+            elif lines is None:  # one JSON document over several lines, or JSON Lines with a bad first line
                 yield from _document(first, text, seen, raw)
             else:
                 yield from _json_lines(lines, raw, seen)
@@ -235,6 +419,16 @@ def _json_lines(lines: Iterator[str | None], raw: IO[bytes], seen: _Seen) -> Ite
             print(f"\r{seen.path.name}: {100 * raw.tell() // max(size, 1):3d}%", end="", file=sys.stderr)
     if show:
         print(f"\r{seen.path.name}: 100%", file=sys.stderr)
+
+
+def _digest_lines(lines: Iterator[str | None], seen: _Seen) -> Iterator[str]:
+    """A digest recording's lines, an overlong one reported and skipped."""
+    for number, line in enumerate(lines, start=1):
+        seen.line = number
+        if line is None:
+            seen.report(f"line {number}: over {MAX_LINE_CHARS} characters")
+        else:
+            yield line
 
 
 def _chain(first: str, text: IO[str]) -> Iterator[str | None]:

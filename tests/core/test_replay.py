@@ -130,11 +130,24 @@ def test_a_malformed_line_is_named_and_the_rest_replayed(tmp_path: Path, capsys:
     assert result["trajectories"] == 2 and result["waste_prevented"] == 2
 
 
-def test_a_bad_policy_names_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("policy", "reason"),
+    [
+        ('{"max_calls": -1}', "max_calls: Input should be greater than or equal to 0"),
+        ('{"max_cals": 3}', "max_cals is not a setting; did you mean max_calls?"),
+        ("{nope", "Invalid JSON"),
+    ],
+)
+def test_a_bad_policy_is_one_line_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str, reason: str
+) -> None:
     path = write_jsonl(tmp_path / "runs.jsonl", [LOOP])
-    with pytest.raises(SystemExit):
-        main(["replay", str(path), "--policy", '{"max_calls": -1}'])
-    assert "max_calls" in capsys.readouterr().err
+    for command in ("replay", "tune"):
+        assert main([command, str(path), "--policy", policy]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.startswith(f"repeat-hooks {command}: --policy {policy}: ")
+        assert reason in captured.err and captured.err.count("\n") == 1
+        assert "usage:" not in captured.err and "pydantic" not in captured.err
 
 
 def test_the_table_prints_one_column_per_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -276,7 +289,7 @@ def test_harmful_refusals_are_listed_and_a_late_refusal_does_not_catch_a_loop() 
     calls = [RecordedCall("poll", {}, "same")] * 3 + [RecordedCall("poll", {}, "new")]
     tally = replay(Policy(max_calls=3), [Trajectory("late", [[[c] for c in calls]], success=True)])
     assert tally.refused == 1 and tally.harmful == tally.harmful_in_successful == 1
-    assert tally.examples == ["late turn 0: poll"]
+    assert tally.examples == ["late turn 1: poll"]  # turns count from 1, as the recorder and OpenTelemetry
     assert tally.loops == 1 and tally.loops_caught == 0  # refused at the 4th run, not by the 3rd
     quiet = replay(Policy(), [Trajectory("ok", [[[RecordedCall("a", {}, "r")]]], success=True)])
     assert quiet.successful_with_refusal == 0 and quiet.loops == 0 and quiet.examples == []
@@ -285,7 +298,7 @@ def test_harmful_refusals_are_listed_and_a_late_refusal_does_not_catch_a_loop() 
 def test_the_examples_flag_prints_where_harm_happened(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_jsonl(tmp_path / "runs.jsonl", [RECHECK])
     assert main(["replay", str(path), "--policy", '{"count": "per_turn"}', "--examples"]) == 0
-    assert 'harmful ({"count": "per_turn"}): recheck turn 0: speed_test' in capsys.readouterr().out
+    assert 'harmful ({"count": "per_turn"}): recheck turn 1: speed_test' in capsys.readouterr().out
 
 
 def test_chat_results_errors_and_positions() -> None:
@@ -389,7 +402,7 @@ def test_the_help_says_what_each_option_does(capsys: pytest.CaptureFixture[str])
         main(["replay", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     for words in (
-        "JSONL or JSON files, optionally gzipped",
+        "JSONL or JSON files (optionally gzipped), or a DigestRecorder's folder (its files read together)",
         "Policy settings as JSON",
         "repeat to compare (default: the default policy)",
         "print the figures as JSON",
@@ -446,7 +459,7 @@ def test_a_refusal_is_waste_only_when_that_same_call_returned_the_same_outcome()
     )
     tally = replay(Policy(count="per_turn", max_calls=1), [Trajectory("t", [turn], success=True)])
     assert (tally.refused, tally.waste_prevented, tally.harmful) == (2, 1, 1)
-    assert tally.examples == ["t turn 0: lookup"]
+    assert tally.examples == ["t turn 1: lookup"]
 
 
 def test_a_read_only_hint_in_the_record_reaches_the_policy() -> None:

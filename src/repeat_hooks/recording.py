@@ -1,0 +1,927 @@
+"""Digest-only recordings: what ``repeat-hooks replay`` and ``tune`` need of your agent's runs, and no value.
+
+Install a recorder once; every guard in the process then writes each tool call it decides, as digests::
+
+    from repeat_hooks.observe import scope
+    from repeat_hooks.recording import DigestRecorder
+
+    recorder = DigestRecorder("recordings/", digest_key=secrets_from_your_vault)
+    recorder.install()                 # or: with DigestRecorder(...): ...
+    with scope(conversation_id=conversation_id):   # adapters that know the conversation set it themselves
+        ...                            # run the agent
+    recorder.label(conversation_id, success=True)   # optional: the replay's false-alarm figure needs it
+    recorder.uninstall()               # stops hearing the guards and closes the file
+
+Then ``repeat-hooks replay recordings/`` and ``repeat-hooks tune recordings/`` read the folder (each writer's
+files, its rotated ones first) as they read full trajectories, and decide on them exactly as on the full ones.
+
+**Which conversation**: each line names its conversation (``c``: the ``observe.scope(conversation_id=...)``
+the hook call runs in, else the turn's id) and its agent (``g``: the scope's ``agent_name``, where set): two
+agents with their own guards in one conversation are two trajectories (``<conversation>/<agent>``). A hook
+call with neither a conversation id nor a turn id is not recorded (it could belong to any conversation); the
+first one is warned of (``RuntimeWarning``) with the spelling that fixes it.
+
+**The cost**: the recorder runs in the hook call, on the thread that called it (in an async SDK, the event
+loop's), and writes each line to the file there: a blocking ``write`` + ``flush`` (no ``fsync``), two per
+tool call: about 45-85 µs a tool call on this machine (``bench/recording_overhead.py`` prints it).
+
+**The files**: one writer per file set. The first recorder writing into a folder takes
+``repeat-hooks.jsonl``, a second process at the same time ``repeat-hooks-2.jsonl``, and so on (each holds an
+``flock`` on a ``.lock`` file beside it while it writes; a restarted process takes the first free set again),
+each rotated to ``.1`` ... ``.<backups>`` past ``max_bytes`` (a line is never split: a file exceeds
+``max_bytes`` only by holding one line longer than it). Two recorders on one folder in one process are refused
+(``install`` raises). A recorder that finds its file's last line torn (a crash mid-write) starts a new line.
+The reader also reads rotated files compressed by logrotate (``.1.gz``).
+
+**The lines** (JSON Lines, each ``{"rh": 1, "c", "g"?, ...}``): ``{"t", "k"}`` a turn started (``k``: a
+fingerprint of the digest key); ``{"t", "m"}`` model response ``m`` of turn ``t`` was allowed (a turn's last
+one, when it asked for no tool, is the answer: the replay decides it after the turn's responses);
+``{"t", "r", "i", "n", "a"}`` a call decided (tool name ``n``, batch ``r``: the calls of one model response,
+``i`` its order among the writer's lines), with ``"ro"`` its read-only hint where the SDK knew it and ``"x"``
+the rule that refused it where the guard did; ``{"t", "i", "ok", "o"}`` the outcome of call ``i``, when the
+guard is told it (an adapter whose policy needs no outcome never tells it: the call stays without one);
+``{"success"}`` a label. A call is written when it is decided, so a call whose result never comes (a crash,
+a policy with no ``post_tool_call``) is kept.
+
+**Never a value, nor a name that may be data**: the file holds tool names, conversation ids and agent names
+as they are, and digests. Field names are digested like the values (an id used as a key, ``alice_smith``,
+is not written); ``da``/``dr`` list, once per conversation and file, the digests of the schema-like names
+(``[A-Za-z_][A-Za-z0-9_]*``, at most 64 characters, no run of 3 digits, nothing the volatile mask would
+change) found below the top level of arguments/results. One value has one digest wherever it appears (an
+argument, a result field, a field's name): equalities show, values do not.
+
+**The digests**: 8-byte BLAKE2b, keyed with ``digest_key`` when given (then nobody without the key can test
+guesses against them; without one, a short guessable value, a PIN, a date or a common field name, can be
+found by trying every candidate). Arguments (``a``): a digest per top-level field when they are a mapping
+(fields whose names are not schema-like together under ``"#rest"``), else one digest. Results (``o``): the
+same split, each part the digest of its text with volatile tokens masked, and a second digest (``[masked,
+unmasked]``) where masking changed it; ``"?"`` for a part with no stable form (``result.UNKNOWN_OUTCOME``).
+
+**What a digest recording replays exactly**, policy by policy: every setting that reads names, counts and
+hints (``count``, ``max_calls``, ``limits``, ``exempt``, ``read_only``, ``destructive``, ``window``,
+``max_cycle_period``, ``max_opaque_runs``, ``count_failures``, the stop rules), ``match`` either way,
+``mask_volatile`` either way, and ``ignore_arguments`` / ``ignore_results`` naming top-level schema-like
+fields: the replay digests those names with the recording's key (``repeat-hooks replay --digest-key-file``)
+and drops the fields whose name digests equal. What it cannot: ignoring a name that also occurs below the top
+level of that conversation's arguments (results), or a name that is not schema-like, or any name without the
+key the recording was made with; ``replay_one`` then raises ``NotReplayable`` naming it (record full
+trajectories to tune those). Like a full corpus, it records no seconds nor cost, and the destructive and
+idempotent hints of MCP are not kept (only ``read_only``).
+
+**The replay seam** (``Trajectory.replayed_by``; the policy is untouched): a digest call is replayed as a
+``RecordedCall`` whose arguments and result are small mappings of digests, built so that the policy's own
+canonical form of them is equal for two calls exactly when it is equal for the full values under that
+policy's settings. Arguments become ``{field digest: digest}``: dropping an ignored top-level field drops its
+digest. A result part becomes ``{"~": "<masked>", "!": "<unmasked>"}``, the masked digest written
+``xxxxxxxx_xxxxxxxx`` (no volatile token) and the unmasked one as 16 hex digits (a volatile token): with
+``mask_volatile`` the policy masks the unmasked digest away and compares the masked ones, without it compares
+both. A part with no stable form is the text ``"<repeat_hooks.opaque>"``, which the policy's own check turns
+into ``UNKNOWN_OUTCOME``. So the replay calls the same verbs of the same policy on the same sequence of
+equalities, and its figures are the full replay's (the 4-byte digests a harmful refusal's context shows
+differ: they are digests of these digests).
+
+**Calls with no result**: a call the live guard refused has none: it is replayed as returning what that
+same call last returned in the turn (what the guard judged; ``RecordedCall.refused`` names the rule), and a
+call that ran without its outcome reaching the recorder is replayed without one (``replay.UNRECORDED``). A
+refusal of a call whose result, or whose last result, is unrecorded is neither harmful nor waste prevented:
+the replay counts it apart (``Tally.unjudged``), and ``tune`` takes neither kind as evidence.
+
+**A turn with no model-call line** (an adapter whose policy needs no ``pre_llm_call`` never says where one
+model response ends) is replayed with each call as its own model response, in the order decided: no call is
+taken to be in a parallel batch it may not have been in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gzip
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, BinaryIO
+
+from . import observe
+from .call import _dumps, _encode, _key_text, _parse, _plain, canonical_arguments
+from .policy import Policy
+from .replay import UNRECORDED, NotReplayable, RecordedCall, Trajectory
+from .result import _OPAQUE, _STAND_IN, mask_volatile_tokens, model_view
+
+try:  # a file set is claimed with flock where there is one
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: one file set per process instead
+    fcntl = None  # type: ignore[assignment]
+
+logger = logging.getLogger("repeat_hooks")
+
+VERSION = 1
+"""The ``rh`` field of every line: the format's version."""
+FILE_NAME = "repeat-hooks.jsonl"
+"""The first writer's file in a folder (the next ones ``repeat-hooks-2.jsonl`` ...; rotated to ``.1`` ...)."""
+REST = "#rest"
+"""The part holding the top-level fields whose names are not schema-like."""
+OPAQUE = "<repeat_hooks.opaque>"
+"""A result part with no stable form, as the replay hands it to the policy (it gives ``UNKNOWN_OUTCOME``)."""
+MAX_CONVERSATIONS = 4096
+"""Conversations a recorder remembers (their deep names written, their calls waiting for a result)."""
+MAX_WRITERS = 1024
+"""File sets a folder may hold (writers at the same time)."""
+
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_DIGITS = re.compile(r"[0-9]{3}")
+_DIGEST = re.compile(r"[0-9a-f]{16}")
+_FILE = re.compile(r"(repeat-hooks(?:-([0-9]+))?\.jsonl)(?:\.([0-9]+))?(\.gz)?")
+_KEY_CHECK = "repeat-hooks: which key"
+
+_RECORDING: dict[str, DigestRecorder] = {}
+"""The folders installed recorders write into in this process (their real paths)."""
+_RECORDING_LOCK = threading.Lock()
+
+Conversation = tuple[str, str | None]
+"""A conversation as the recorder keys it: its id and the agent's name (``None``: no agent named)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def is_schema_name(name: str) -> bool:
+    """Whether a field name looks like a name a tool's schema gives, not data: the names ``ignore_*`` can name."""
+    return (
+        _SCHEMA_NAME.fullmatch(name) is not None and _DIGITS.search(name) is None and mask_volatile_tokens(name) == name
+    )
+
+
+# -- digesting one call ----------------------------------------------------------------------------------
+
+
+def _digest(text: str, key: bytes) -> str:
+    data = text.encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=8, key=key, person=b"rh-record").hexdigest()
+
+
+@functools.lru_cache(maxsize=4096)
+def field_digest(name: str, key: bytes = b"") -> str:
+    """A field name as a recording writes it: the digest of the name as a JSON text (as that text as a value)."""
+    return _digest(_dumps(name), key)
+
+
+def key_check(key: bytes) -> str:
+    """The fingerprint of a digest key a recording writes (``k``): tells which key made it, not the key."""
+    return _digest(_KEY_CHECK, key)[:8]
+
+
+def _text(value: Any) -> str:
+    """A value's canonical JSON, as ``canonical_arguments`` writes it once parsed (never parsing it again)."""
+    try:
+        return _dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return _encode(value, frozenset())
+
+
+def _split(value: Any, key: bytes) -> dict[str, str] | None:
+    """A mapping's canonical text per part, each schema-like field under its name's digest, the others together
+    under ``REST``; ``None`` for a value that is no mapping."""
+    plain = _plain(value)
+    if not isinstance(plain, Mapping):
+        return None
+    parts: dict[str, str] = {}
+    rest: dict[str, Any] = {}
+    for name, child in plain.items():
+        text = _key_text(name)
+        if is_schema_name(text):
+            parts[field_digest(text, key)] = _text(child)
+        else:
+            rest[text] = child
+    if rest:
+        parts[REST] = _text(rest)
+    return parts
+
+
+def _deep_names(value: Any, key: bytes) -> set[str]:
+    """The digests of the schema-like names below ``value``'s top level (a name ``ignore`` drops there)."""
+    names: set[str] = set()
+    plain = _plain(value)
+    stack = list(plain.values()) if isinstance(plain, Mapping) else [plain]
+    seen = 0
+    while stack and seen < 100_000:
+        seen += 1
+        item = _plain(stack.pop())
+        if isinstance(item, Mapping):
+            for name, child in item.items():
+                text = _key_text(name)
+                if is_schema_name(text):
+                    names.add(field_digest(text, key))
+                stack.append(child)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return names
+
+
+def digest_arguments(arguments: Any, key: bytes = b"") -> tuple[str | dict[str, str], set[str]]:
+    """A call's arguments as digests (per top-level field when a mapping) and the digests of the names below."""
+    try:
+        value = _parse(arguments)
+        parts = _split(value, key)
+        if parts is not None:
+            return {name: _digest(text, key) for name, text in parts.items()}, _deep_names(value, key)
+        return _digest(_text(value), key), _deep_names(value, key)
+    except Exception:  # a hostile value: its canonical text is all that is safe; its names are unknown
+        return _digest(canonical_arguments(arguments), key), {"*"}
+
+
+def _outcome_part(text: str, key: bytes) -> str | list[str]:
+    if '"<' in text and _STAND_IN.search(text):
+        return "?"
+    masked = mask_volatile_tokens(text)
+    if masked == text:
+        return _digest(text, key)
+    return [_digest(masked, key), _digest(text, key)]
+
+
+def digest_result(result: Any, key: bytes = b"") -> tuple[Any, set[str]]:
+    """A tool's result as digests (per top-level field when a mapping), and the digests of the names below.
+
+    The text digested is the one ``outcome_digest`` digests (a JSON text parsed, any other value as pydantic
+    writes it for a model)."""
+    try:
+        value = _parse(result) if type(result) is str else model_view(result)
+        if value is _OPAQUE:
+            return "?", set()
+        if type(result) is not str:
+            value = _parse(value)
+        parts = _split(value, key)
+        if parts is not None:
+            return {name: _outcome_part(text, key) for name, text in parts.items()}, _deep_names(value, key)
+        return _outcome_part(_text(value), key), _deep_names(value, key)
+    except Exception:
+        return "?", {"*"}
+
+
+def _head(conversation: Conversation, **fields: Any) -> dict[str, Any]:
+    """A line's first fields: the version, the conversation, its agent where named, then ``fields``."""
+    line: dict[str, Any] = {"rh": VERSION, "c": conversation[0]}
+    if conversation[1] is not None:
+        line["g"] = conversation[1]
+    line.update(fields)
+    return line
+
+
+def _call_line(
+    conversation: Conversation, turn: int, response: int, order: int, call: Any, key: bytes, refused: str | None
+) -> tuple[dict[str, Any], set[str]]:
+    """A decided call's line and the digests of its arguments' deep names (``call``: ``name``, ``arguments``,
+    ``read_only``)."""
+    arguments, deep = digest_arguments(call.arguments, key)
+    line = _head(conversation, t=turn, r=response, i=order, n=call.name, a=arguments)
+    if call.read_only is not None:
+        line["ro"] = call.read_only
+    if refused is not None:
+        line["x"] = str(refused)
+    return line, deep
+
+
+def _outcome_line(
+    conversation: Conversation, turn: int, order: int, ok: bool, result: Any, key: bytes
+) -> tuple[dict[str, Any], set[str]]:
+    """Call ``order``'s outcome line and the digests of its result's deep names."""
+    outcome, deep = digest_result(result, key)
+    return _head(conversation, t=turn, i=order, ok=bool(ok), o=outcome), deep
+
+
+Line = tuple[dict[str, Any], set[str], set[str]]
+"""A line to write, with the digests of the deep argument and result names it brings."""
+
+
+def trajectory_lines(trajectory: Trajectory, key: bytes = b"") -> Iterator[Line]:
+    """A full trajectory as the lines a live recording of it holds (``DigestRecorder.write_trajectory`` writes
+    them; ``as_digests`` reads them back)."""
+    conversation: Conversation = (trajectory.id, None)
+    order = 0
+    for number, turn in enumerate(trajectory.turns, start=1):
+        yield _head(conversation, t=number, k=key_check(key)), set(), set()
+        for response_number, response in enumerate(turn, start=1):
+            yield _head(conversation, t=number, m=response_number), set(), set()
+            for call in response:
+                order += 1
+                line, deep_arguments = _call_line(conversation, number, response_number, order, call, key, None)
+                yield line, deep_arguments, set()
+                outcome, deep_results = _outcome_line(conversation, number, order, call.ok, call.result, key)
+                yield outcome, set(), deep_results
+        if turn:  # the model call that answered, as a live recording has it
+            yield _head(conversation, t=number, m=len(turn) + 1), set(), set()
+    if trajectory.success is not None:
+        yield _head(conversation, success=trajectory.success), set(), set()
+
+
+# -- the recorder -------------------------------------------------------------------------------------------
+
+
+class DigestRecorder:
+    """An observer writing what the guards in this process decide, as digests (see the module's docstring).
+
+    It runs in the hook call that told the guard (on the event loop's thread in an async SDK) and writes there:
+    a blocking file write (flushed, not synced) per line, two lines per tool call. That costs about 45 µs per
+    tool call for small arguments, 85 µs for typical ones (3x and 4.4x the call's decision without a recorder;
+    mostly digesting, about 5 µs per line written: ``bench/recording_overhead.py``), and more when the disk
+    stalls: the agent's loop waits for it. ``folder`` is created if missing. The file rotates past
+    ``max_bytes``, keeping ``backups`` older files (``None``: it never rotates). ``digest_key`` (bytes or
+    text, at least 16 bytes) keys every digest. Safe across threads and tasks (one lock around each line); a
+    write that fails is logged (once per run of failures), never raised into the agent.
+    """
+
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        *,
+        max_bytes: int | None = 16 * 1024 * 1024,
+        backups: int = 5,
+        digest_key: bytes | str | None = None,
+    ) -> None:
+        if max_bytes is not None and max_bytes < 1024:
+            raise ValueError(f"max_bytes must be at least 1024 (or None: never rotate), got {max_bytes}")
+        if backups < 0:
+            raise ValueError(f"backups must be 0 or more, got {backups}")
+        secret = digest_key.encode("utf-8") if isinstance(digest_key, str) else (digest_key or b"")
+        if digest_key is not None and len(secret) < 16:
+            raise ValueError("digest_key must be at least 16 bytes (secrets.token_bytes(32)): a short key is guessed")
+        self.folder = Path(folder)
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self._key = secret if len(secret) <= 64 else hashlib.blake2b(secret).digest()
+        self._lock = threading.Lock()
+        self._remove: Callable[[], None] | None = None
+        self._order = 0
+        self._names: OrderedDict[Conversation, tuple[set[str], set[str]]] = OrderedDict()
+        self._pending: OrderedDict[tuple[Conversation, int, str], list[int]] = OrderedDict()
+        self._failing = False
+        self._unnamed = False
+        self._file: BinaryIO | None = None
+        self._claim: BinaryIO | None = None
+        self._name = FILE_NAME
+        self._pid = os.getpid()
+
+    @property
+    def path(self) -> Path:
+        """The file this recorder writes now (its file set's current file)."""
+        return self.folder / self._name
+
+    # -- installing --
+
+    def install(self) -> DigestRecorder:
+        """Start hearing every guard in this process (``observe.add_observer``); returns the recorder.
+
+        Raises ``ValueError`` if another recorder of this process is installed on the same folder."""
+        if self._remove is not None:
+            return self
+        where = os.path.realpath(self.folder)
+        with _RECORDING_LOCK:
+            other = _RECORDING.get(where)
+            if other is not None:
+                raise ValueError(
+                    f"a DigestRecorder already records into {self.folder} in this process: install one recorder "
+                    "per folder (it hears every guard of the process), or give this one another folder"
+                )
+            _RECORDING[where] = self
+        self._remove = observe.add_observer(self)
+        return self
+
+    def uninstall(self) -> None:
+        """Stop hearing the guards and close the file; harmless when not installed."""
+        if self._remove is not None:
+            self._remove()
+            self._remove = None
+            with _RECORDING_LOCK:
+                where = os.path.realpath(self.folder)
+                if _RECORDING.get(where) is self:
+                    del _RECORDING[where]
+        self.close()
+
+    def close(self) -> None:
+        """Close the file and free its file set (the next line written opens one again)."""
+        with self._lock:
+            self._close()
+
+    def __enter__(self) -> DigestRecorder:
+        return self.install()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.uninstall()
+
+    # -- hearing --
+
+    def __call__(self, seen: observe.Observation) -> None:
+        """Called by the policy after each fresh decision or record (``observe.Observation``), in the hook call."""
+        conversation = self._conversation(seen.where)
+        if conversation is None:
+            return
+        turn = seen.where.turn
+        if isinstance(seen, observe.TurnStarted):
+            self._write((_head(conversation, t=turn, k=key_check(self._key)), set(), set()))
+        elif isinstance(seen, observe.ModelCallDecided):
+            if seen.stop is None:
+                self._write((_head(conversation, t=turn, m=seen.where.response), set(), set()))
+        elif isinstance(seen, observe.ToolCallDecided):
+            with self._lock:
+                self._order += 1
+                order = self._order
+                if seen.refusal is None:  # its outcome, if told, names this order
+                    self._pending.setdefault(_call_ident(conversation, turn, seen.call), []).append(order)
+                    while len(self._pending) > MAX_CONVERSATIONS:
+                        self._pending.popitem(last=False)
+            refused = None if seen.refusal is None else seen.refusal.kind
+            line, deep = _call_line(conversation, turn, seen.where.response, order, seen.call, self._key, refused)
+            self._write((line, deep, set()))
+        elif isinstance(seen, observe.ToolResultRecorded):
+            ident = _call_ident(conversation, turn, seen.call)
+            with self._lock:
+                waiting = self._pending.get(ident)
+                if not waiting:
+                    return  # a call decided before the recorder was installed (or forgotten): nothing to name
+                order = waiting.pop(0)
+                if not waiting:
+                    del self._pending[ident]
+            line, deep = _outcome_line(conversation, turn, order, seen.ok, seen.result, self._key)
+            self._write((line, set(), deep))
+
+    def label(self, conversation_id: str, success: bool) -> None:
+        """Say whether a conversation succeeded (every agent's part of it): the replay's false-alarm figure
+        counts successful ones."""
+        self._write((_head((str(conversation_id), None), success=bool(success)), set(), set()))
+
+    def write_trajectory(self, trajectory: Trajectory) -> None:
+        """Write a full trajectory as a live recording of it would be (``repeat-hooks record``). Unlike the
+        hooks' lines, a write that fails raises ``OSError``: a conversion must not report success."""
+        for line in trajectory_lines(trajectory, self._key):
+            self._write(line, strict=True)
+
+    def _conversation(self, where: observe.Where) -> Conversation | None:
+        scope = observe.current_scope()
+        ident = scope.conversation_id if scope.conversation_id is not None else where.turn_id
+        if ident is not None:
+            return ident, scope.agent_name
+        if not self._unnamed:
+            self._unnamed = True
+            warnings.warn(
+                f"repeat_hooks recording: a guard decided with no conversation id and no turn id, so its calls are "
+                f"not recorded in {self.folder} (they could belong to any conversation): run the agent inside "
+                "`with repeat_hooks.observe.scope(conversation_id=...)`, or give each turn an id "
+                "(pre_agent_turn(turn_id=...))",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return None
+
+    # -- writing --
+
+    def _write(self, line: Line, strict: bool = False) -> None:
+        """Write one line (with the deep names the file has not named yet for its conversation); a failure is
+        logged once per run of failures, or raised when ``strict``."""
+        body, deep_arguments, deep_results = line
+        conversation = (body["c"], body.get("g"))
+        with self._lock:
+            try:
+                file = self._open()
+                data, names = self._bytes(body, conversation, deep_arguments, deep_results)
+                if self.max_bytes is not None and file.tell() and file.tell() + len(data) > self.max_bytes:
+                    self._rotate()  # the new file must name the deep names again
+                    file = self._open()
+                    data, names = self._bytes(body, conversation, deep_arguments, deep_results)
+                file.write(data)
+                file.flush()  # handed to the OS before the hook returns (not synced to the disk)
+            except OSError as error:
+                self._close()  # opened again, and the path checked again, at the next line
+                if strict:
+                    raise
+                if not self._failing:
+                    logger.warning("repeat_hooks recording: cannot write %s (%s); the guard goes on", self.path, error)
+                self._failing = True
+                return
+            self._failing = False
+            if names is not None:
+                names[0].update(deep_arguments)
+                names[1].update(deep_results)
+
+    def _bytes(
+        self, body: dict[str, Any], conversation: Conversation, deep_arguments: set[str], deep_results: set[str]
+    ) -> tuple[bytes, tuple[set[str], set[str]] | None]:
+        """The line's bytes with the deep names this file has not named for the conversation, and its names."""
+        if not deep_arguments and not deep_results:
+            return _line_bytes(body), None
+        names = self._names.setdefault(conversation, (set(), set()))
+        self._names.move_to_end(conversation)
+        while len(self._names) > MAX_CONVERSATIONS:
+            self._names.popitem(last=False)
+        line = dict(body)
+        if deep_arguments - names[0]:
+            line["da"] = sorted(deep_arguments - names[0])
+        if deep_results - names[1]:
+            line["dr"] = sorted(deep_results - names[1])
+        return _line_bytes(line), names
+
+    def _open(self) -> BinaryIO:
+        """The file to write, its file set claimed (again in a forked child: the parent keeps its own)."""
+        if self._file is not None and self._pid == os.getpid():
+            return self._file
+        if self._pid != os.getpid():  # a forked child: the parent's files are the parent's
+            self._file = self._claim = None
+            self._pid = os.getpid()
+            self._names.clear()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._name = self._claim_set()
+        file = self.path.open("ab+")
+        if file.tell():
+            file.seek(-1, os.SEEK_END)
+            if file.read(1) != b"\n":  # a torn last line (a crash mid-write): start a new one
+                file.write(b"\n")
+        self._file = file
+        return file
+
+    def _claim_set(self) -> str:
+        """Claim the first free file set of the folder (an ``flock`` held until ``close``); its file's name."""
+        if fcntl is None:  # pragma: no cover - Windows
+            return f"repeat-hooks-p{os.getpid()}.jsonl"
+        for number in range(1, MAX_WRITERS + 1):
+            name = FILE_NAME if number == 1 else f"repeat-hooks-{number}.jsonl"
+            claim = (self.folder / f".{name}.lock").open("ab")
+            try:
+                fcntl.flock(claim.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                claim.close()
+                continue
+            self._claim = claim
+            return name
+        raise OSError(f"{MAX_WRITERS} writers already record into {self.folder}")
+
+    def _close(self) -> None:
+        for handle in (self._file, self._claim):
+            if handle is not None:
+                with contextlib.suppress(OSError):
+                    handle.close()
+        self._file = self._claim = None
+
+    def _rotate(self) -> None:
+        """``file`` to ``file.1``, ``file.1`` to ``file.2``, ...; the names written start afresh (a new file
+        must say them again). The file set stays claimed."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        for number in range(self.backups, 0, -1):
+            older = self.folder / f"{self._name}.{number}"
+            newer = self.folder / (f"{self._name}.{number - 1}" if number > 1 else self._name)
+            if newer.exists():
+                os.replace(newer, older)
+        if self.backups == 0:
+            self.path.unlink()
+        self._names.clear()
+        self._file = self.path.open("ab+")
+
+
+def _line_bytes(line: dict[str, Any]) -> bytes:
+    return (json.dumps(line, separators=(",", ":"), ensure_ascii=True) + "\n").encode("ascii")
+
+
+def _call_ident(conversation: Conversation, turn: int, call: Any) -> tuple[Conversation, int, str]:
+    """Which decided calls an outcome may belong to: the same tool and arguments in the same turn (the first
+    one waiting takes it; a call id would not do: the policy names a batch's calls without one ``#0``...)."""
+    text = f"{call.name}\x00{canonical_arguments(call.arguments)}".encode("utf-8", "surrogatepass")
+    return conversation, turn, hashlib.blake2b(text, digest_size=16).hexdigest()
+
+
+# -- reading --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DigestTrajectory(Trajectory):
+    """A trajectory read from a digest recording: its calls' arguments and results are digest mappings."""
+
+    deep_arguments: frozenset[str] = frozenset()
+    """Digests of the schema-like names found below the top level of its calls' arguments (``"*"``: some
+    could not be read)."""
+    deep_results: frozenset[str] = frozenset()
+    """The same, in its results."""
+    key_check: str | None = None
+    """The fingerprint of the key it was recorded with (``None``: no turn line said)."""
+    key: bytes = field(default=b"", repr=False, compare=False)
+    """The key the reader was given: the replay digests the policy's ``ignore_*`` names with it."""
+    names: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    """Field digest -> name, where known (a full trajectory converted by ``as_digests``; a recording has none)."""
+
+    def field_digest(self, name: str) -> str:
+        """A field name as this recording writes it; a name written ``#<16 hex digits>`` is a digest already."""
+        if len(name) == 17 and name[0] == "#" and _DIGEST.fullmatch(name[1:]):
+            return name[1:]
+        return field_digest(name, self.key)
+
+    def field_name(self, digest: str) -> str:
+        """The name of a field digest where known, else ``#<digest>`` (what ``field_digest`` reads back)."""
+        return self.names.get(digest, f"#{digest}")
+
+    def replayed_by(self, policy: Policy) -> Policy:
+        """``policy`` with its ``ignore_*`` names digested as this recording digests field names; raises
+        ``NotReplayable`` when it cannot be replayed exactly under ``policy``."""
+        if not policy.ignore_arguments and not policy.ignore_results:
+            return policy
+        if self.key_check is not None and self.key_check != key_check(self.key):
+            given = "no digest key was given" if not self.key else "the digest key given is another"
+            return _not_replayable(
+                f"{self.id} was recorded with a digest key and {given}: ignore_arguments and ignore_results "
+                "name fields by their digests (repeat-hooks replay --digest-key-file FILE)"
+            )
+        update: dict[str, frozenset[str]] = {}
+        for setting, deep in (("ignore_arguments", self.deep_arguments), ("ignore_results", self.deep_results)):
+            ignored: frozenset[str] = getattr(policy, setting)
+            if not ignored:
+                continue
+            digests = {name: self.field_digest(name) for name in ignored}
+            odd = sorted(name for name, digest in digests.items() if not is_schema_name(name) and digest != name[1:])
+            if odd:
+                _not_replayable(f"{setting}: {odd[0]!r} is not a schema name, and a digest recording keeps only those")
+            if "*" in deep:
+                _not_replayable(f"{setting}: {self.id} has a value whose names could not be read")
+            nested = sorted(name for name, digest in digests.items() if digest in deep)
+            if nested:
+                _not_replayable(
+                    f"{setting}: {nested[0]!r} occurs below the top level in {self.id}, and a digest recording "
+                    "can drop it only at the top level (replay full trajectories to tune it)"
+                )
+            update[setting] = frozenset(digests.values())
+        return policy.model_copy(update=update)
+
+
+def _not_replayable(why: str) -> Policy:
+    raise NotReplayable(why)
+
+
+def _fed(part: Any) -> Any:
+    """A recorded outcome part as the policy is handed it (see the module's docstring)."""
+    if part == "?":
+        return OPAQUE
+    masked, unmasked = (part, part) if isinstance(part, str) else (part[0], part[1])
+    return {"~": f"{masked[:8]}_{masked[8:]}", "!": unmasked}
+
+
+def _result(outcome: Any) -> Any:
+    if isinstance(outcome, dict):
+        return {name: _fed(part) for name, part in outcome.items()}
+    return _fed(outcome)
+
+
+class _Conversation:
+    """The lines of one conversation (one agent's part of it) read so far."""
+
+    def __init__(self) -> None:
+        self.success: bool | None = None
+        self.turns: dict[int, dict[int, list[dict[str, Any]]]] = {}
+        self.bounded: set[int] = set()
+        """The turns with a model-call line: their calls' batches are known."""
+        self.deep_arguments: set[str] = set()
+        self.deep_results: set[str] = set()
+        self.key_check: str | None = None
+
+    def add(self, line: dict[str, Any]) -> None:
+        turn = line["t"]
+        if not isinstance(turn, int):
+            raise ValueError("'t' must be a turn number")
+        responses = self.turns.setdefault(turn, {})
+        if "m" in line:
+            responses.setdefault(int(line["m"]), [])
+            self.bounded.add(turn)
+        elif "n" in line:
+            if not isinstance(line["n"], str) or not isinstance(line.get("i", 0), int):
+                raise ValueError("a call needs 'n' (its tool's name) and an order 'i'")
+            responses.setdefault(int(line.get("r", 0)), []).append(line)
+            self.deep_arguments.update(line.get("da", ()))
+        elif isinstance(line.get("k"), str):
+            self.key_check = line["k"]
+
+    def trajectory(self, ident: str, key: bytes, names: Mapping[str, str]) -> DigestTrajectory:
+        turns: list[list[list[RecordedCall]]] = []
+        for number in sorted(self.turns):
+            responses = self.turns[number]
+            if number in self.bounded:
+                ordered = [sorted(responses[response], key=_order) for response in sorted(responses)]
+            else:  # no model-call line: each call its own response, in the order decided
+                ordered = [[line] for line in sorted((x for r in responses.values() for x in r), key=_order)]
+            last: dict[str, tuple[bool, Any]] = {}  # arguments (as JSON) -> what that call last returned
+            turn: list[list[RecordedCall]] = []
+            for lines in ordered:
+                calls = []
+                for line in lines:
+                    said = json.dumps([line["n"], line.get("a")], sort_keys=True)
+                    refused = line.get("x")
+                    if refused is not None:  # refused live: no outcome; judged on what it last returned
+                        ok, result = last.get(said, (False, UNRECORDED))
+                    elif "o" in line:
+                        ok, result = line.get("ok", True) is not False, _result(line["o"])
+                    else:  # ran, but its outcome never reached the recorder
+                        ok, result = True, UNRECORDED
+                    if refused is None:
+                        last[said] = (ok, result)
+                    read_only = line.get("ro")
+                    hint = read_only if isinstance(read_only, bool) else None
+                    calls.append(RecordedCall(line["n"], line.get("a"), result, ok, hint, _text_or_none(refused)))
+                turn.append(calls)
+            if turn and not turn[-1]:
+                turn.pop()  # the model call that answered: the replay decides it after the turn's responses
+            turns.append(turn)
+        return DigestTrajectory(
+            ident,
+            turns,
+            self.success,
+            frozenset(self.deep_arguments),
+            frozenset(self.deep_results),
+            self.key_check,
+            key,
+            names,
+        )
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _order(line: dict[str, Any]) -> int:
+    order: int = line.get("i", 0)
+    return order
+
+
+def is_digest_line(value: Any) -> bool:
+    """Whether a parsed JSON line is a digest recording's."""
+    return isinstance(value, dict) and value.get("rh") == VERSION
+
+
+class DigestReader:
+    """Reads digest recording lines into conversations keyed by conversation and agent: each writer's lines
+    in order (``writer()`` before a writer's first file, then ``read`` each of its files, oldest first), then
+    ``trajectories()``."""
+
+    def __init__(self, key: bytes = b"") -> None:
+        self.key = key
+        self._conversations: dict[Conversation, _Conversation] = {}
+        self._labels: dict[str, bool] = {}
+        self._waiting: dict[int, tuple[Conversation, dict[str, Any]]] = {}
+        """Order -> the call line it names, in the current writer's lines (an outcome names its call so)."""
+
+    def writer(self) -> None:
+        """The lines read next are another writer's (its orders start afresh)."""
+        self._waiting = {}
+
+    def read(self, lines: Iterable[str], report: Callable[[str], None], where: str = "line") -> None:
+        """Read some of the current writer's lines, in order; ``report`` is told of each malformed line
+        (``where`` and its number, and what is wrong), the rest is still read."""
+        for number, text in enumerate(lines, start=1):
+            if not text.strip():
+                continue
+            try:
+                self._line(json.loads(text), self._waiting)
+            except (ValueError, KeyError, TypeError, RecursionError) as error:
+                report(f"{where} {number}: {error}")
+
+    def _line(self, value: Any, waiting: dict[int, tuple[Conversation, dict[str, Any]]]) -> None:
+        if not is_digest_line(value):
+            raise ValueError('not a digest recording line (no "rh": 1)')
+        ident, agent = value["c"], value.get("g")
+        if not isinstance(ident, str) or not (agent is None or isinstance(agent, str)):
+            raise ValueError("'c' must be the conversation's id (text), 'g' its agent's name")
+        if "success" in value:
+            if not isinstance(value["success"], bool):
+                raise ValueError("'success' must be true or false")
+            self._labels[ident] = value["success"]
+            return
+        conversation = (ident, agent)
+        if "o" in value and "n" not in value:  # an outcome: of the call with its order in this stream
+            found = waiting.pop(value["i"], None)
+            if found is None or found[0] != conversation:
+                return  # its call was rotated away (or never written): nothing to attach it to
+            found[1].update(ok=value.get("ok", True), o=value["o"])
+            self._conversations[conversation].deep_results.update(value.get("dr", ()))
+            return
+        read = self._conversations.setdefault(conversation, _Conversation())
+        read.add(value)
+        if "n" in value and "x" not in value:
+            waiting[value["i"]] = (conversation, value)
+
+    def trajectories(self, names: Mapping[str, str] | None = None) -> Iterator[DigestTrajectory]:
+        """The conversations read, each agent's part its own trajectory (``<conversation>/<agent>``)."""
+        for (ident, agent), conversation in self._conversations.items():
+            if conversation.success is None:
+                conversation.success = self._labels.get(ident)
+            name = ident if agent is None else f"{ident}/{agent}"
+            yield conversation.trajectory(name, self.key, names or {})
+
+
+def read_digest_lines(
+    lines: Iterable[str], report: Callable[[str], None], key: bytes = b""
+) -> Iterator[DigestTrajectory]:
+    """The conversations in one writer's digest recording lines (each line's JSON text), once all are read;
+    ``report`` is told of each malformed line (its number and what is wrong), the rest is still read."""
+    reader = DigestReader(key)
+    reader.read(lines, report)
+    yield from reader.trajectories()
+
+
+def recording_files(folder: Path) -> list[list[Path]]:
+    """A folder's file sets (one per writer), each oldest first: ``.<backups>`` ... ``.1`` (logrotate's
+    ``.1.gz`` too), then the current file."""
+    sets: dict[str, list[tuple[int, Path]]] = {}
+    for path in folder.iterdir():
+        found = _FILE.fullmatch(path.name)
+        if found is not None and path.is_file():
+            sets.setdefault(found[1], []).append((-int(found[3] or 0), path))
+    return [[path for _, path in sorted(files)] for _, files in sorted(sets.items(), key=_writer)]
+
+
+def _writer(item: tuple[str, list[tuple[int, Path]]]) -> int:
+    found = _FILE.fullmatch(item[0])
+    return int(found[2] or 1) if found is not None else 0
+
+
+def read_folder(folder: Path, report: Callable[[str], None], key: bytes = b"") -> Iterator[DigestTrajectory]:
+    """The conversations of a recorder's folder: each writer's files read as one stream, then the
+    conversations they hold together. A malformed line is reported with its file and its line number."""
+    sets = recording_files(folder)
+    if not sets:
+        report(f"no {FILE_NAME} in this folder")
+        return
+    reader = DigestReader(key)
+    for files in sets:
+        reader.writer()
+        for path in files:
+            try:
+                with _open_text(path) as file:
+                    reader.read(file, report, f"{path.name}: line")
+            except (OSError, EOFError) as error:
+                report(f"{path.name}: unreadable ({error})")
+    yield from reader.trajectories()
+
+
+def _open_text(path: Path) -> IO[str]:
+    """A recording file's text: logrotate's ``.gz`` files decompressed."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
+    return path.open(encoding="utf-8", errors="replace")
+
+
+def as_digests(trajectory: Trajectory, key: bytes = b"") -> DigestTrajectory:
+    """A full trajectory as its digest recording reads back (``tune`` analyses every input in this form); the
+    names of its top-level fields are kept beside (``DigestTrajectory.names``), never written."""
+    if isinstance(trajectory, DigestTrajectory):
+        return trajectory
+    reader = DigestReader(key)
+    reader.read((_line_bytes(line).decode() for line, _, _ in _named(trajectory_lines(trajectory, key))), _never)
+    names: dict[str, str] = {}
+    for turn in trajectory.turns:
+        for response in turn:
+            for call in response:
+                for value in (call.arguments, call.result):
+                    names.update(_top_names(value, key))
+    (digests,) = reader.trajectories(names)
+    return digests
+
+
+def _named(lines: Iterator[Line]) -> Iterator[Line]:
+    """Lines with their deep names said on each (as a recorder says them once per file: the same reading)."""
+    for body, deep_arguments, deep_results in lines:
+        said = dict(body)
+        if deep_arguments:
+            said["da"] = sorted(deep_arguments)
+        if deep_results:
+            said["dr"] = sorted(deep_results)
+        yield said, deep_arguments, deep_results
+
+
+def _top_names(value: Any, key: bytes) -> dict[str, str]:
+    try:
+        plain = _plain(_parse(value) if type(value) is str else value)
+    except Exception:
+        return {}
+    if not isinstance(plain, Mapping):
+        return {}
+    names = (_key_text(name) for name in plain)
+    return {field_digest(name, key): name for name in names if is_schema_name(name)}
+
+
+def _never(problem: str) -> None:  # pragma: no cover - lines made here are well formed
+    raise AssertionError(problem)
+
+
+__all__: Sequence[str] = (
+    "DigestReader",
+    "DigestRecorder",
+    "DigestTrajectory",
+    "NotReplayable",
+    "as_digests",
+    "field_digest",
+    "read_digest_lines",
+    "read_folder",
+    "trajectory_lines",
+)
