@@ -18,14 +18,13 @@ from typing import Any
 
 import pytest
 from google.adk.agents import LlmAgent
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from repeat_hooks_google_adk import Policy, RepeatGuardPlugin
 from repeat_hooks_google_adk.testing import ScriptedLlm, keep_calling
-from support.telemetry import counters, global_spans, holding
+from support.telemetry import counters, global_spans, holding, instrumented
 
-from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT, RepeatHooksInstrumentor
+from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT
 
 from .conftest import Carrier, new_session, run_turn, runner_for
 
@@ -42,12 +41,8 @@ def adk_spans() -> Iterator[InMemorySpanExporter]:
 @pytest.fixture
 def telemetry(adk_spans: InMemorySpanExporter) -> Iterator[tuple[InMemorySpanExporter, InMemoryMetricReader]]:
     adk_spans.clear()
-    reader = InMemoryMetricReader()
-    RepeatHooksInstrumentor().instrument(meter_provider=MeterProvider([reader]))
-    try:
-        yield adk_spans, reader
-    finally:
-        RepeatHooksInstrumentor().uninstrument()
+    with instrumented(spans=adk_spans) as telemetry:
+        yield telemetry.spans, telemetry.reader
 
 
 def _parcel_runner(model: ScriptedLlm, carrier: Carrier) -> Any:

@@ -12,32 +12,21 @@ import pytest
 from langchain.agents import create_agent
 from langchain_parcels import STOPPED, Carrier, thread
 from langgraph.checkpoint.memory import InMemorySaver
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from repeat_hooks_langchain import RepeatGuardMiddleware, TokenPrices
 from repeat_hooks_langchain.testing import ScriptedChatModel, keep_calling
-from support.telemetry import events
+from support.telemetry import Telemetry, events, instrumented
 
 from repeat_hooks import Policy
-from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT, RepeatHooksInstrumentor
+from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT
 
 PARCEL = "MARKER-FR-7731"
 PRICES = TokenPrices(3, 15)
 
 
 @pytest.fixture
-def exported() -> Iterator[tuple[TracerProvider, InMemorySpanExporter, InMemoryMetricReader]]:
-    spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(spans))
-    RepeatHooksInstrumentor().instrument(tracer_provider=provider, meter_provider=MeterProvider([reader]))
-    try:
-        yield provider, spans, reader
-    finally:
-        RepeatHooksInstrumentor().uninstrument()
+def exported() -> Iterator[Telemetry]:
+    with instrumented() as telemetry:
+        yield telemetry
 
 
 def _agent(carrier: Carrier) -> tuple[Any, ScriptedChatModel]:
@@ -49,7 +38,7 @@ def _agent(carrier: Carrier) -> tuple[Any, ScriptedChatModel]:
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
 async def test_a_refusal_and_a_stop_are_events_on_the_applications_span(
-    exported: tuple[TracerProvider, InMemorySpanExporter, InMemoryMetricReader], asynchronous: bool
+    exported: Telemetry, asynchronous: bool
 ) -> None:
     provider, spans, reader = exported
     carrier = Carrier()
@@ -115,7 +104,7 @@ async def test_a_refusal_and_a_stop_are_events_on_the_applications_span(
 
 
 def test_with_no_span_current_the_events_get_spans_of_their_own(
-    exported: tuple[TracerProvider, InMemorySpanExporter, InMemoryMetricReader],
+    exported: Telemetry,
 ) -> None:
     _, spans, _ = exported
     agent, _ = _agent(Carrier())

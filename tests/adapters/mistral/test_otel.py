@@ -10,17 +10,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from repeat_hooks_mistral import RepeatGuardHook, TokenPrices, stop_of
 from repeat_hooks_mistral.testing import ScriptedModel, run_turn
-from support.telemetry import events
+from support.telemetry import Telemetry, events, instrumented
 
 from repeat_hooks import Policy, StopReason
-from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT, RepeatHooksInstrumentor
+from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT
 
 PARCEL = "MARKER-FR-7731"
 
@@ -33,19 +28,13 @@ class TracedGuard(RepeatGuardHook):
 
 
 @pytest.fixture
-def exported() -> Iterator[tuple[TracerProvider, InMemorySpanExporter, InMemoryMetricReader]]:
-    spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(spans))
-    RepeatHooksInstrumentor().instrument(tracer_provider=provider, meter_provider=MeterProvider([reader]))
-    try:
-        yield provider, spans, reader
-    finally:
-        RepeatHooksInstrumentor().uninstrument()
+def exported() -> Iterator[Telemetry]:
+    with instrumented() as telemetry:
+        yield telemetry
 
 
 async def test_a_refusal_and_a_stop_are_events_on_the_applications_span(
-    exported: tuple[TracerProvider, InMemorySpanExporter, InMemoryMetricReader], carrier: Any, agent_for: Any
+    exported: Telemetry, carrier: Any, agent_for: Any
 ) -> None:
     provider, spans, reader = exported
     model = ScriptedModel.keep_calling("track_parcel", {"tracking_number": PARCEL}, usage=(100, 20))
@@ -108,7 +97,7 @@ async def test_a_refusal_and_a_stop_are_events_on_the_applications_span(
 
 
 async def test_with_no_span_current_the_events_get_spans_of_their_own(
-    exported: tuple[TracerProvider, InMemorySpanExporter, InMemoryMetricReader], carrier: Any, agent_for: Any
+    exported: Telemetry, carrier: Any, agent_for: Any
 ) -> None:
     _, spans, _ = exported
     model = ScriptedModel.keep_calling("track_parcel", {"tracking_number": "FR-7731"})

@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from repeat_hooks_openai_agents import GuardState, guard_agent
 from repeat_hooks_openai_agents.testing import ScriptedModel, keep_calling
+from support.telemetry import totals
 
 from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT, RepeatHooksInstrumentor
 
@@ -72,13 +73,6 @@ async def test_refusals_and_the_stop_are_events_on_the_applications_span(carrier
             },
         )
     ]
-    data = reader.get_metrics_data()
-    assert data is not None
-    counted = {
-        metric.name: sum(point.value for point in metric.data.data_points)  # type: ignore[union-attr]
-        for resource in data.resource_metrics
-        for scoped in resource.scope_metrics
-        for metric in scoped.metrics
-    }
+    counted = totals(reader)
     assert (counted["repeat_hooks.calls.refused"], counted["repeat_hooks.turns.stopped"]) == (3, 1)
     assert "MARKER" not in json.dumps(events)

@@ -9,41 +9,28 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pai_parcels import Carrier
 from pydantic_ai import Agent
 from pydantic_ai.capabilities.instrumentation import Instrumentation
 from pydantic_ai.models.instrumented import InstrumentationSettings
 from repeat_hooks_pydantic_ai import RepeatGuard, TokenPrices, stop_of
 from repeat_hooks_pydantic_ai.testing import ScriptedModel, keep_calling
-from support.telemetry import counters, holding
+from support.telemetry import Telemetry, counters, holding, instrumented
 
 from repeat_hooks import Policy, StopReason
-from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT, RepeatHooksInstrumentor
+from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT
 
 PARCEL = "MARKER-FR-7731"
 PRICES = TokenPrices(3, 15)
 
 
 @pytest.fixture
-def exported() -> Iterator[tuple[TracerProvider, InMemorySpanExporter, InMemoryMetricReader]]:
-    spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(spans))
-    RepeatHooksInstrumentor().instrument(tracer_provider=provider, meter_provider=MeterProvider([reader]))
-    try:
-        yield provider, spans, reader
-    finally:
-        RepeatHooksInstrumentor().uninstrument()
+def exported() -> Iterator[Telemetry]:
+    with instrumented() as telemetry:
+        yield telemetry
 
 
-async def test_a_refusal_and_a_stop_are_events_on_the_runs_chat_spans(
-    exported: tuple[TracerProvider, InMemorySpanExporter, InMemoryMetricReader], carrier: Carrier
-) -> None:
+async def test_a_refusal_and_a_stop_are_events_on_the_runs_chat_spans(exported: Telemetry, carrier: Carrier) -> None:
     provider, spans, reader = exported
     model = ScriptedModel(keep_calling("track_parcel", {"parcel_id": PARCEL}))
     agent: Agent[None, str] = Agent(
@@ -114,9 +101,7 @@ async def test_a_refusal_and_a_stop_are_events_on_the_runs_chat_spans(
     assert "MARKER" not in ours  # the parcel id is an argument value: never in the guard's attributes
 
 
-async def test_without_instrumentation_the_events_get_spans_of_their_own(
-    exported: tuple[TracerProvider, InMemorySpanExporter, InMemoryMetricReader], carrier: Carrier
-) -> None:
+async def test_without_instrumentation_the_events_get_spans_of_their_own(exported: Telemetry, carrier: Carrier) -> None:
     _, spans, _ = exported
     model = ScriptedModel(keep_calling("track_parcel", {"parcel_id": PARCEL}))
     agent: Agent[None, str] = Agent(
@@ -131,7 +116,7 @@ async def test_without_instrumentation_the_events_get_spans_of_their_own(
 
 
 async def test_approval_rounds_report_each_refusal_once(
-    exported: tuple[TracerProvider, InMemorySpanExporter, InMemoryMetricReader],
+    exported: Telemetry,
 ) -> None:
     """A resumed turn is rebuilt from the history through the policy: the refusals in that history were
     reported when first made, and are not reported again at each approval round."""

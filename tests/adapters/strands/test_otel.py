@@ -20,7 +20,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from strands.session import FileSessionManager
-from support.telemetry import counters, global_spans, holding
+from support.telemetry import counters, global_spans, holding, instrumented
 
 from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT, RepeatHooksInstrumentor
 
@@ -37,12 +37,8 @@ def strands_spans() -> Iterator[InMemorySpanExporter]:
 @pytest.fixture
 def telemetry(strands_spans: InMemorySpanExporter) -> Iterator[tuple[InMemorySpanExporter, InMemoryMetricReader]]:
     strands_spans.clear()
-    reader = InMemoryMetricReader()
-    RepeatHooksInstrumentor().instrument(meter_provider=MeterProvider([reader]))
-    try:
-        yield strands_spans, reader
-    finally:
-        RepeatHooksInstrumentor().uninstrument()
+    with instrumented(spans=strands_spans) as telemetry:
+        yield telemetry.spans, telemetry.reader
 
 
 def test_refusals_and_the_stop_are_events_on_the_cycle_spans_of_their_responses(

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -55,3 +56,37 @@ def counters(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, Any
         for scoped in resource.scope_metrics
         for metric in scoped.metrics
     }
+
+
+@contextmanager
+def instrumented(*, spans: InMemorySpanExporter | None = None) -> Iterator[Telemetry]:
+    """``RepeatHooksInstrumentor`` instrumented for the block, with an in-memory reader for its counters.
+
+    Spans: ``spans`` (an exporter already on the global provider, for SDKs that trace through it: see
+    ``global_spans``), else a ``TracerProvider`` of the block's own, handed to the instrumentor."""
+    from repeat_hooks.otel import RepeatHooksInstrumentor
+
+    reader = InMemoryMetricReader()
+    provider: TracerProvider | None = None
+    if spans is None:
+        spans, provider = InMemorySpanExporter(), TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(spans))
+    RepeatHooksInstrumentor().instrument(tracer_provider=provider, meter_provider=MeterProvider([reader]))
+    try:
+        yield Telemetry(provider, spans, reader)
+    finally:
+        RepeatHooksInstrumentor().uninstrument()
+
+
+class Telemetry(NamedTuple):
+    """What ``instrumented`` gives: the block's own tracer provider (``None`` on the global one), its spans,
+    and the counters' reader."""
+
+    provider: TracerProvider | None
+    spans: InMemorySpanExporter
+    reader: InMemoryMetricReader
+
+
+def totals(reader: InMemoryMetricReader) -> dict[str, float]:
+    """Every counter's total over its data points, by instrument name."""
+    return {name: sum(value for _, value in points) for name, points in counters(reader).items()}
