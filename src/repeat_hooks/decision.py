@@ -24,6 +24,9 @@ class RefusalKind(str, Enum):
     DUPLICATE_WRITE = "duplicate_write"
     """The call acts on the world (``destructive``, not idempotent) and the same call already succeeded
     with nothing else changed since: running it again would do it twice."""
+    REJECTED = "rejected"
+    """The same call was rejected before it ran (a human reviewer or a guardrail: ``withdraw_tool_call``)
+    ``max_calls`` times, with nothing changed since: asking again would be rejected again."""
     OPAQUE = "opaque"
     """The call's result could not be compared (no stable form) and it already ran ``max_opaque_runs``
     times in this turn."""

@@ -51,6 +51,11 @@ REFUSE_OPAQUE = (
     "Refused: you already called {tool} with these exact arguments {limit} times in this turn. Do not call "
     "it again: use the earlier results, try different arguments, or give your answer with what you know."
 )
+REFUSE_REJECTED = (
+    "Refused: {tool} with these exact arguments was already rejected {limit} times before it ran (by a "
+    "reviewer or a guardrail), and nothing has changed since. Do not ask for it again: try something "
+    "different, or give your answer with what you know."
+)
 TURN_ENDED = "Refused: this turn has ended ({reason}). Do not call any more tools: answer with what you know."
 
 REPEAT_MESSAGES: dict[tuple[str, str], str] = {
@@ -66,6 +71,7 @@ REFUSAL_MESSAGES: dict[RefusalKind, str] = {
     RefusalKind.FORBIDDEN: REFUSE_FORBIDDEN,
     RefusalKind.DUPLICATE_WRITE: REFUSE_DUPLICATE_WRITE,
     RefusalKind.OPAQUE: REFUSE_OPAQUE,
+    RefusalKind.REJECTED: REFUSE_REJECTED,
 }
 """The text of every other refusal kind (``TURN_ENDED`` names the stop's reason instead)."""
 

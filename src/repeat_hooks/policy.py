@@ -27,7 +27,7 @@ from . import observe
 from .call import MAX_NAME_CHARS, ToolCall, as_text, batch_call_ids, call_key
 from .decision import GuardEvent, Refusal, RefusalKind, Stop
 from .messages import REFUSAL_MESSAGES, REPEAT_MESSAGES, STOP_MESSAGES, TURN_ENDED, check_template, render
-from .result import UNKNOWN_OUTCOME, outcome_digest
+from .result import REJECTED_OUTCOME, UNKNOWN_OUTCOME, outcome_digest
 from .setup_error import GuardSetupError
 from .state import SEEN, Delivery, GuardState
 from .stop_reason import StopReason
@@ -391,11 +391,17 @@ class Policy(WholeModel):
             self._progress(turn, call, key, ok, result)
 
     def withdraw_tool_call(self, state: GuardState, call: ToolCall, *, turn_id: str | None = None) -> None:
-        """A call decided to run did not run after all (another guardrail or a human rejected it): take it back
-        out of its count, so that it neither counts toward a refusal nor waits for an outcome. Returns nothing.
+        """A call decided to run did not run after all (a human or another guardrail rejected it): it waits for
+        no outcome, and counts as a call that was rejected. Returns nothing.
 
-        Found by its ``call_id`` in this response (as its decision saw it); without an id, one call of its key
-        is taken back. A refused call, or one whose outcome was recorded, is left as it is.
+        The rejection still counts toward the call's repeats, so a model that keeps asking for the same
+        rejected call is not put to a human without end: with ``count="progress"``, the same call rejected
+        ``max_calls`` times with nothing changed since is refused (``RefusalKind.REJECTED``) without running or
+        being asked about; something that changes state in between starts its count again, as for any call.
+        A rejection is not a failure (``max_errors_in_a_row`` does not see it).
+
+        Found by its ``call_id`` in this response (as its decision saw it); without an id, the call's key is
+        marked. A refused call, or one whose outcome was recorded, is left as it is.
         """
         if (state.key_id is not None or self.digest_key is not None) and state.key_id != self._secret_id:
             self._adopt_key(state)
@@ -409,9 +415,14 @@ class Policy(WholeModel):
                     return
                 state.deliveries[scoped] = seen._replace(settled=True)
                 key = seen.key
-        if call.name in self.exempt:
-            return
-        self._uncount(turn, key if key is not None else self._key(call))
+        if call.name in self.exempt or self.count != "progress":
+            return  # per turn: a rejected call counts as the call it was
+        if key is None:
+            key = self._key(call)
+        if key in turn.counts:  # marks are kept for counted keys only: the state stays bounded
+            mark = turn.marks.get(key)
+            changes, opaque = (turn.changes, 0) if mark is None else (mark.changes, mark.opaque)
+            turn.marks[key] = Mark(changes=changes, outcome=REJECTED_OUTCOME, ok=False, opaque=opaque)
 
     def decide_model_call(self, state: GuardState, *, turn_id: str | None = None) -> Stop | None:
         """Before a model call: ``None`` lets it happen; a ``Stop`` ends the turn with its final message.
@@ -536,7 +547,9 @@ class Policy(WholeModel):
         if self.max_opaque_runs is not None and mark.opaque >= self.max_opaque_runs:
             return True, RefusalKind.OPAQUE, mark.opaque
         if count > limit:
-            return True, RefusalKind.FAILURE if mark.ok is False and not restart else RefusalKind.REPEAT, count
+            if restart or mark.ok is not False:
+                return True, RefusalKind.REPEAT, count
+            return True, RefusalKind.REJECTED if mark.outcome == REJECTED_OUTCOME else RefusalKind.FAILURE, count
         return False, RefusalKind.REPEAT, count
 
     def _key(self, call: ToolCall) -> str:

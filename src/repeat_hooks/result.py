@@ -32,6 +32,8 @@ from .call import _dumps, canonical_arguments
 
 UNKNOWN_OUTCOME = "?"
 """The outcome of a run whose result has no stable form: never the same as another."""
+REJECTED_OUTCOME = "-"
+"""The outcome of a call rejected before it ran (``withdraw_tool_call``): the same every time."""
 
 VOLATILE = re.compile(
     r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"  # a UUID

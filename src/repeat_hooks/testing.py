@@ -99,6 +99,9 @@ class Tool:
     description: str = "A kit tool."
     needs_approval: bool = False
     """A human approves each run, through the SDK's own approval (``ToolBox.ask`` is the human)."""
+    rejects: bool = False
+    """With ``needs_approval``: the human rejects every call asked about (the SDK hands the model its own
+    rejection text, and the call does not run)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,8 @@ class Expect:
     """Per turn: the model calls the scripted model answered (all branches'); none after a stop."""
     rounds: tuple[int, ...] | None = None
     """Per turn: the rounds the construct around the agent ran (a stop ends it); ``None``: ``Scenario.rounds``."""
+    asked: Mapping[str, int] = field(default_factory=dict)
+    """For a tool whose human ``rejects``: how many times the human was asked, over the whole scenario."""
 
 
 @dataclass(frozen=True)
@@ -182,9 +187,10 @@ class ToolBox:
         """Calls a human was asked to approve so far, by tool."""
 
     def ask(self, name: str, query: str) -> bool:
-        """The human asked to approve a call of ``name``: count the ask and approve it (``True``)."""
+        """The human asked to approve a call of ``name``: count the ask, and approve it (``True``) unless the
+        tool ``rejects`` (``False``: the driver hands the SDK a rejection)."""
         self.asked[name] += 1
-        return True
+        return not self.scenario.tool(name).rejects
 
     def run(self, name: str, query: str) -> Any:
         """Run tool ``name``: count it, then return its scripted result (or raise ``ToolFailed``)."""
@@ -238,11 +244,14 @@ class Cursor:
         return [(call, call_id(turn, step, index, call)) for index, call in enumerate(reply)]
 
 
-def check(scenario: Scenario, box: ToolBox, outcomes: Sequence[TurnOutcome], *, stop_lag: int = 0) -> None:
+def check(
+    scenario: Scenario, box: ToolBox, outcomes: Sequence[TurnOutcome], *, stop_lag: int | Mapping[StopReason, int] = 0
+) -> None:
     """Raise ``AssertionError`` saying what differs between what the driver saw and what ``scenario`` expects.
 
     ``stop_lag``: for an SDK with no hook before a model call, the model calls it makes after a stop rule
-    trips, before the stop lands (at the next response's first tool call); stated by its driver, with why.
+    trips, before the stop lands (at the next response's first tool call); stated by its driver, with why,
+    for every stop reason or per stop reason (a reason not named: 0).
     """
     expect = scenario.expect
     problems: list[str] = []
@@ -261,7 +270,14 @@ def check(scenario: Scenario, box: ToolBox, outcomes: Sequence[TurnOutcome], *, 
         seen = [outcome.seen for outcome in outcomes]
         problems.append(f"{refusals} refusals reached the model, expected {expect.refusals}; it saw {seen}")
     for tool in scenario.tools:
-        if tool.needs_approval and box.asked[tool.name] != box.runs[tool.name]:
+        if tool.rejects:
+            if box.runs[tool.name] or box.asked[tool.name] != expect.asked.get(tool.name, 0):
+                problems.append(
+                    f"{tool.name}: a human was asked {box.asked[tool.name]} times and it ran "
+                    f"{box.runs[tool.name]} times, expected {expect.asked.get(tool.name, 0)} asks and no run "
+                    "(every ask is rejected; a call rejected max_calls times is refused without asking)"
+                )
+        elif tool.needs_approval and box.asked[tool.name] != box.runs[tool.name]:
             problems.append(
                 f"{tool.name}: a human approved {box.asked[tool.name]} calls and {box.runs[tool.name]} ran "
                 "(each approved call runs once; a call the guard refused is never asked about)"
@@ -274,7 +290,8 @@ def check(scenario: Scenario, box: ToolBox, outcomes: Sequence[TurnOutcome], *, 
         got = outcome.stop.reason if outcome.stop is not None else None
         if got != reason:
             problems.append(f"turn {number}: stop {got}, expected {reason}")
-        wanted_calls = calls + (stop_lag if reason is not None else 0)
+        lag = 0 if reason is None else stop_lag if isinstance(stop_lag, int) else stop_lag.get(reason, 0)
+        wanted_calls = calls + lag
         if outcome.model_calls != wanted_calls:
             after = " (none may follow a stop, in the agent or around it)" if reason is not None else ""
             problems.append(f"turn {number}: {outcome.model_calls} model calls, expected {wanted_calls}{after}")
@@ -573,6 +590,15 @@ SCENARIOS: tuple[Scenario, ...] = (
         ),
         Expect(runs={"refund_order": 2}, refusals=2, stops=(None, None), model_calls=(4, 2)),
         {"destructive": {"refund_order"}},
+    ),
+    Scenario(
+        "a_rejected_call_is_not_put_to_a_human_again_and_again",
+        "A refund the human rejects every time: the model asks for it again and again; after max_calls "
+        "rejections the guard refuses it without anyone being asked (a rejection counts toward its repeats).",
+        (Tool("refund_order", order_placed, needs_approval=True, rejects=True, description="Refund an order."),),
+        (UserTurn("Refund order 7731", (_calls(Call("refund_order", "7731")),) * 4),),
+        Expect(runs={}, refusals=2, stops=(None,), model_calls=(5,), asked={"refund_order": 2}),
+        {"max_refusals": 3},
     ),
 )
 """Every scenario; each adapter runs them all on its SDK's real loop."""

@@ -82,7 +82,10 @@ class ReferenceDriver:
                 if decision is not None:
                     seen.append(decision.message)
                     continue
-                assert not tools[call.name].needs_approval or box.ask(call.name, call.arguments["query"])
+                if tools[call.name].needs_approval and not box.ask(call.name, call.arguments["query"]):
+                    guard.policy.withdraw_tool_call(guard.state, call)  # the human rejected it: it does not run
+                    seen.append("The reviewer rejected this call.")
+                    continue
                 try:
                     result, ok = box.run(call.name, call.arguments["query"]), True
                 except ToolFailed as error:

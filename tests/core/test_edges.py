@@ -371,38 +371,58 @@ def test_memory_store_bounds_and_copies() -> None:
 # -- withdrawn calls ----------------------------------------------------------------------------------------
 
 
-def test_a_call_without_an_id_is_withdrawn_by_its_key() -> None:
+def test_a_call_rejected_again_and_again_is_refused_without_being_asked_about() -> None:
+    """A withdrawn call (a human or a guardrail rejected it before it ran) counts as a rejection: the third ask
+    for the same rejected call is refused (``RefusalKind.REJECTED``), so nobody is asked about it without end;
+    a change of state in between starts its count again, as for any call."""
+    from repeat_hooks import Policy, RefusalKind
+
+    policy, state = Policy(max_calls=2), GuardState()
+    refund = ToolCall("refund", {"order": "A1"})
+    for _ in range(2):
+        assert policy.decide_tool_call(state, refund) is None
+        policy.withdraw_tool_call(state, refund)
+    refused = policy.decide_tool_call(state, refund)
+    assert refused is not None and refused.kind is RefusalKind.REJECTED
+    assert refused.message.startswith("Refused: refund with these exact arguments was already rejected 2 times")
+    assert state.turn.errors_in_a_row == 0, "a rejection is not a failure"
+
+    note = ToolCall("add_note", {"text": "customer called"})
+    assert policy.decide_tool_call(state, note) is None
+    policy.record_tool_result(state, note, ok=True, result="noted")  # it may change what refund does
+    assert policy.decide_tool_call(state, refund) is None
+
+
+def test_per_turn_a_rejected_call_counts_as_the_call_it_was() -> None:
     from repeat_hooks import Policy
 
     policy, state = Policy(count="per_turn"), GuardState()
     track = ToolCall("track", {"n": 1})
     assert policy.decide_tool_call(state, track) is None
-    assert policy.decide_tool_call(state, track) is None
     policy.withdraw_tool_call(state, track)
     assert list(state.turn.counts.values()) == [1]
-    policy.withdraw_tool_call(state, ToolCall("track", {"n": 1}, call_id="never-decided"))  # an unknown id: by key
-    assert sum(state.turn.counts.values()) == 0
-    assert policy.decide_tool_call(state, track) is None  # the first run, then the second
-    assert policy.decide_tool_call(state, track) is None
 
 
-def test_a_call_withdrawn_by_its_id_takes_back_what_its_decision_counted() -> None:
+def test_a_call_withdrawn_by_its_id_marks_what_its_decision_counted() -> None:
     from repeat_hooks import Policy
 
-    policy, state = Policy(count="per_turn"), GuardState()
+    policy, state = Policy(), GuardState()
     assert policy.decide_tool_call(state, ToolCall("track", {"n": 1}, call_id="c1")) is None
     policy.withdraw_tool_call(state, ToolCall("track", {"n": 2}, call_id="c1"))  # edited, then rejected
-    assert sum(state.turn.counts.values()) == 0
+    (key,) = state.turn.counts
+    assert key == policy._key(ToolCall("track", {"n": 1})) and state.turn.marks[key].outcome == "-"
+    policy.withdraw_tool_call(state, ToolCall("track", {"n": 1}, call_id="c1"))  # settled: nothing more
+    assert state.turn.counts == {key: 1}
 
 
 def test_a_withdrawal_in_a_new_turn_starts_that_turn_and_takes_back_nothing_of_the_last() -> None:
     from repeat_hooks import Policy
 
-    policy, state = Policy(count="per_turn"), GuardState()
+    policy, state = Policy(), GuardState()
     track = ToolCall("track", {"n": 1})
     assert policy.decide_tool_call(state, track, turn_id="t1") is None
     policy.withdraw_tool_call(state, track, turn_id="t2")
-    assert state.turn.id == "t2" and sum(state.turn.counts.values()) == 0
+    assert state.turn.id == "t2" and sum(state.turn.counts.values()) == 0 and not state.turn.marks
 
 
 # -- digest keys --------------------------------------------------------------------------------------------

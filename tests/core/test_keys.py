@@ -241,21 +241,25 @@ def test_a_withdrawal_under_another_digest_key_is_refused_loudly() -> None:
     assert keyed.decide_tool_call(state, call) is None
     with pytest.raises(GuardSetupError, match=r"^this conversation's state was written under another digest_key"):
         plain.withdraw_tool_call(state, call)
-    assert list(state.turn.counts.values()) == [1]
+    assert list(state.turn.counts.values()) == [1] and state.turn.marks[next(iter(state.turn.counts))].outcome is None
     keyed.withdraw_tool_call(state, call)
-    assert state.turn.counts == {}
+    assert [mark.outcome for mark in state.turn.marks.values()] == ["-"]  # marked as rejected, under its key
 
 
 def test_a_state_holding_only_a_call_s_delivery_is_still_keyed() -> None:
-    # A withdrawn call leaves no count, but its delivery keeps the call's digest: a state under no key and a
-    # policy with one do not mix, whatever part of the state holds the digest.
+    # A delivery keeps its call's digest: a state under no key and a policy with one do not mix, whatever part
+    # of the state holds the digest (here a remembered delivery alone).
     from repeat_hooks import GuardSetupError, GuardState, Policy
+    from repeat_hooks.state import Delivery
 
-    plain = Policy(count="per_turn")
     state = GuardState()
     call = ToolCall("track", {"n": 1}, call_id="c1")
-    plain.decide_tool_call(state, call, turn_id="t1")
-    plain.withdraw_tool_call(state, call, turn_id="t1")
-    assert state.turn.counts == {} and state.deliveries["c1@1.0"].key == call_key("track", {"n": 1})
+    state.remember(
+        "c1@0.0",
+        Delivery(
+            tool="track", key=call_key("track", {"n": 1}), number=1, refused=False, settled=True, why="", taken=False
+        ),
+    )
+    assert state.turn.counts == {} and state.turn.marks == {}
     with pytest.raises(GuardSetupError, match="written under no digest_key, and this policy has this digest_key"):
-        Policy(digest_key="a secret of sixteen+ chars").decide_tool_call(state, call, turn_id="t1")
+        Policy(digest_key="a secret of sixteen+ chars").decide_tool_call(state, call)

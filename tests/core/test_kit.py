@@ -175,17 +175,16 @@ def test_the_right_spelling_can_be_given() -> None:
 
 
 def test_a_call_that_did_not_run_after_all_is_withdrawn() -> None:
-    from repeat_hooks import ToolCall
+    from repeat_hooks import RefusalKind, ToolCall
 
     policy, state = Policy(), GuardState()
     calls = [ToolCall("track", {"n": 1}, call_id=f"c{n}") for n in range(2)]
     assert policy.decide_tool_calls(state, calls) == [None, None]
-    policy.withdraw_tool_call(state, calls[1])  # a human rejected it: it never ran
-    policy.withdraw_tool_call(state, calls[1])  # said twice: taken back once
-    assert list(state.turn.counts.values()) == [1]
-    assert policy.decide_tool_call(state, ToolCall("track", {"n": 1})) is None  # the 2nd run, not a 3rd
+    policy.withdraw_tool_call(state, calls[1])  # a human rejected it: it never ran, and waits for no outcome
+    policy.withdraw_tool_call(state, calls[1])  # said twice: marked once
+    assert list(state.turn.counts.values()) == [2]  # a rejected call still counts toward its repeats
     refused = policy.decide_tool_call(state, ToolCall("track", {"n": 1}, call_id="c9"))
-    assert refused is not None
+    assert refused is not None and refused.kind is RefusalKind.REJECTED
     policy.withdraw_tool_call(state, ToolCall("track", {"n": 1}, call_id="c9"))  # a refusal stays a refusal
     assert list(state.turn.counts.values()) == [3]
 

@@ -6,11 +6,11 @@ import time
 from typing import Any
 
 import pytest
-from repeat_hooks_claude_agent_sdk.testing import OPEN, STOP_LAG, UNSUPPORTED, Driver
+from repeat_hooks_claude_agent_sdk.testing import STOP_LAG, UNSUPPORTED, Driver
 
 from repeat_hooks.testing import SCENARIOS, Scenario, ToolBox, check, scenario
 
-SUPPORTED = [item for item in SCENARIOS if item.name not in UNSUPPORTED and item.name not in OPEN]
+SUPPORTED = [item for item in SCENARIOS if item.name not in UNSUPPORTED]
 
 
 @pytest.mark.parametrize("case", SUPPORTED, ids=lambda case: case.name)
@@ -20,20 +20,7 @@ def test_conformance(case: Scenario) -> None:
 
 
 def test_every_unsupported_scenario_exists() -> None:
-    assert set(UNSUPPORTED) | set(OPEN) <= {item.name for item in SCENARIOS}
-
-
-def test_the_open_bug_still_shows_sub_agents_sharing_their_counts() -> None:
-    """Three sub-agents (Claude Code's Agent tool) each call track_parcel once, never seeing each other's results:
-    the guard counts them as one conversation and refuses the 3rd. When this test fails, the bug is fixed: move
-    the scenario out of ``OPEN``."""
-    case = scenario("isolated_branches_count_apart")
-    box = ToolBox(case)
-    outcomes = Driver().run(case, box)
-    assert box.runs == {"track_parcel": 2}
-    assert sum(text.startswith("Refused: you already called") for text in outcomes[0].seen) == 1
-    with pytest.raises(AssertionError, match=r"1 refusals reached the model, expected 0"):
-        check(case, box, outcomes, stop_lag=STOP_LAG)
+    assert set(UNSUPPORTED) <= {item.name for item in SCENARIOS}
 
 
 class TimedBox(ToolBox):

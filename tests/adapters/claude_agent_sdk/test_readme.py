@@ -27,7 +27,7 @@ def test_the_quick_start_runs_as_written(
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("I stopped: I kept calling mcp__parcels__track_parcel")
     assert printed[1].startswith("message='I stopped") and "reason=<StopReason.IGNORED_REFUSALS" in printed[1]
-    assert len(api.model_requests()) == 6
+    assert len(api.model_requests()) == 5  # the 3rd refusal ends the turn: no model call after it
 
 
 @BLOCKS.cover(ROOT_SECTION)

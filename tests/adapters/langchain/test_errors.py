@@ -8,8 +8,9 @@ import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import ToolCallRequest, ToolErrorMiddleware
 from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages.tool import invalid_tool_call
 from langchain_core.tools import tool
-from langchain_parcels import USER, Carrier, parcel_agent, thread
+from langchain_parcels import ARGS, USER, Carrier, parcel_agent, thread
 from langgraph.checkpoint.memory import InMemorySaver
 from repeat_hooks_langchain import RepeatGuardMiddleware, guard_state_of, stop_of
 from repeat_hooks_langchain.testing import ScriptedChatModel, call_message, keep_calling
@@ -126,3 +127,24 @@ def test_a_call_to_a_tool_the_agent_does_not_have_is_an_error_then_refused(carri
     assert model.tool_results(2)[0].startswith("Refused")
     assert [m.status for m in result["messages"] if isinstance(m, ToolMessage)] == ["error"] * 3
     assert carrier.calls == []
+
+
+def test_the_scripted_model_sends_its_invalid_tool_calls_and_the_model_reads_langchains_error(
+    carrier: Carrier,
+) -> None:
+    # A response whose call could not be parsed (bad JSON) next to a valid one: the scripted model keeps it,
+    # so LangChain answers it with its own error and the guard decides the valid call as usual.
+    bad = invalid_tool_call(name="track_parcel", args='{"tracking_number": 7', id="bad_1", error="bad JSON")
+    reply = AIMessage(
+        content="", tool_calls=[{"name": "track_parcel", "args": ARGS, "id": None}], invalid_tool_calls=[bad]
+    )
+    model = ScriptedChatModel(replies=[reply, AIMessage(content="In transit.")])
+    agent = parcel_agent(model, carrier)
+
+    result = agent.invoke(USER, thread("t1"))
+
+    sent = next(m for m in model.received[1] if isinstance(m, AIMessage))
+    assert [call["id"] for call in sent.invalid_tool_calls] == ["bad_1"]
+    read = {m.tool_call_id: (m.status, m.text) for m in model.received[1] if isinstance(m, ToolMessage)}
+    assert read["bad_1"][0] == "error" and "could not be executed" in read["bad_1"][1]
+    assert carrier.calls == ["FR-7731"] and result["messages"][-1].content == "In transit."

@@ -1,8 +1,9 @@
 """A human reviewer next to the guard (``HumanInTheLoopMiddleware`` as it comes, issue 18), on the real
 ``create_agent`` loop, in both interrupt modes and both middleware orders: nobody is asked about a call the
-guard refused; an edited call is decided afresh on its new arguments; a rejected call did not run and does
-not count; resuming (``Command(resume=...)``) continues the same turn's counts. The order that cannot work (a
-per-call review listed after the guard) fails loudly before anyone is asked."""
+guard refused; an edited call is decided afresh on its new arguments; a rejected call did not run but counts
+as asked for (rejected ``max_calls`` times, it is refused without asking anyone); resuming
+(``Command(resume=...)``) continues the same turn's counts. The order that cannot work (a per-call review
+listed after the guard) fails loudly before anyone is asked."""
 
 from __future__ import annotations
 
@@ -123,8 +124,8 @@ def test_an_edited_call_runs_on_its_new_arguments_and_the_counts_follow_what_ran
     mode: str, review_first: bool, carrier: Carrier
 ) -> None:
     # The reviewer turns the model's FR-7731 into FR-9000: FR-9000 runs (decided afresh), and FR-7731, which
-    # never ran, does not count. When the model asks for FR-9000, the call that ran, the guard refuses it and
-    # nobody is asked; when it asks for FR-7731, it is asked and it runs.
+    # never ran, counts as rejected once, before FR-9000 ran (a change). When the model asks for FR-9000, the
+    # call that ran, the guard refuses it and nobody is asked; when it asks for FR-7731, it is asked and runs.
     nine = {"tracking_number": "FR-9000"}
     model = ScriptedChatModel(
         then=steps(
@@ -174,17 +175,25 @@ def test_an_edit_to_a_repeat_is_refused_on_its_new_arguments(mode: str, review_f
 
     result, shown = run_reviewed(agent, edit_the_second)
 
-    # FR-7731 ran once; the reviewer turned FR-1 into FR-7731 again: refused on those arguments, not run;
-    # the model's FR-1 then runs when it asks again (the edited-away call never counted).
-    assert carrier.calls == ["FR-7731", "FR-1"]
-    texts = tool_texts(result)
-    assert "Refused: you already called track_parcel" in texts[1]
-    assert texts[2] == "FR-1: in transit, hub Lyon"
-    assert len(shown) == 3
+    # FR-7731 ran once; the reviewer turned FR-1 into FR-7731 again: refused on those arguments, not run. The
+    # model reads that the reviewer's replacement repeats a call that ran, not that it called it itself.
+    assert carrier.calls == ["FR-7731"]
+    (edited,) = model.tool_results(2)
+    # (after LangChain's "Executed instead: ..." notice, where its hook wraps the guard's)
+    assert edited.endswith(
+        "Refused: the reviewer's replacement call did not run: it repeats a call that already ran, and nothing "
+        "has changed since that could change its result. Neither your call nor the replacement ran; use the "
+        "earlier results, or give your answer with what you know."
+    )
+    assert "you already called" not in edited
+    # FR-1, replaced by the reviewer, counts as rejected: asked for again, it is refused without asking anyone.
+    (again,) = model.tool_results(3)
+    assert again.startswith("Refused: track_parcel with these exact arguments was already rejected once")
+    assert len(shown) == 2 and result["messages"][-1].content == "Done."
 
 
 @SETUPS
-def test_a_call_the_reviewer_rejects_did_not_run_and_does_not_count(
+def test_a_call_the_reviewer_rejects_did_not_run_and_counts_as_asked(
     mode: str, review_first: bool, carrier: Carrier
 ) -> None:
     model = ScriptedChatModel(
@@ -200,13 +209,37 @@ def test_a_call_the_reviewer_rejects_did_not_run_and_does_not_count(
 
     result, shown = run_reviewed(agent, reject_the_first)
 
-    # Seed 004 lets 2 calls a turn run: the rejected one did not run, so the 2 approved after it both run.
-    assert carrier.calls == ["FR-7731", "FR-7731"] and len(shown) == 3
+    # Seed 004 lets 2 calls a turn through: the rejected one did not run but was asked for, so only the next
+    # one runs, and the third is refused without asking anyone.
+    assert carrier.calls == ["FR-7731"] and len(shown) == 2
     texts = tool_texts(result)
-    assert texts == ["User rejected the tool call for `track_parcel` with reason: Not now.", IN_TRANSIT, IN_TRANSIT]
+    assert texts == ["User rejected the tool call for `track_parcel` with reason: Not now.", IN_TRANSIT, REFUSAL]
     assert result["messages"][-1].content == "OK, in transit."
     assert stop_of(result) is None
-    assert (guard_state_of(result).turn.refusals, guard_state_of(result).turn.number) == (0, 1)
+    assert (guard_state_of(result).turn.refusals, guard_state_of(result).turn.number) == (1, 1)
+
+
+@SETUPS
+def test_a_refund_rejected_max_calls_times_is_refused_without_asking_the_reviewer_again(
+    mode: str, review_first: bool, carrier: Carrier
+) -> None:
+    # The model asks for the same call forever and the reviewer rejects it every time: after max_calls (2)
+    # rejections the guard refuses it without putting it to the reviewer, and the turn ends.
+    model = ScriptedChatModel(then=keep_calling("track_parcel", ARGS))
+    agent = agent_with_review(model, carrier, mode=mode, review_first=review_first, policy=Policy())
+
+    result, shown = run_reviewed(agent, lambda call: {"type": "reject", "message": "No."})
+
+    assert shown == [{"name": "track_parcel", "args": ARGS}] * 2 and carrier.calls == []
+    rejected = "User rejected the tool call for `track_parcel` with reason: No."
+    refusal = (
+        "Refused: track_parcel with these exact arguments was already rejected 2 times before it ran (by a "
+        "reviewer or a guardrail), and nothing has changed since. Do not ask for it again: try something "
+        "different, or give your answer with what you know."
+    )
+    assert tool_texts(result) == [rejected, rejected, refusal, refusal, refusal]
+    assert "__interrupt__" not in result
+    assert result["messages"][-1].content == STOPPED and stop_of(result) is not None
 
 
 async def test_under_ainvoke_a_per_call_review_asks_only_about_calls_the_guard_lets_run(carrier: Carrier) -> None:
@@ -228,6 +261,6 @@ async def test_under_ainvoke_a_per_call_review_after_the_guard_fails_loudly(carr
     model = ScriptedChatModel(then=keep_calling("track_parcel", ARGS))
     agent = agent_with_review(model, carrier, mode="per_call", review_first=False)
 
-    with pytest.raises(GuardSetupError, match="list it first"):
+    with pytest.raises(GuardSetupError, match="list RepeatGuardMiddleware after it"):
         await agent.ainvoke(USER, thread("t1"))
     assert carrier.calls == []

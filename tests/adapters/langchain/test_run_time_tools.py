@@ -1,10 +1,12 @@
 """Tool names in the policy next to MCP tools (issue 18 item 4), on the real ``create_agent`` loop with a real
 stdio MCP server (the shared ``support.mcp_carrier``) through ``langchain-mcp-adapters``.
 
-The check reads the tool node's list: MCP tools given to ``create_agent`` are in it, so a limit on one passes
-and is enforced. Tools a middleware adds at run time (LangChain's way for tools created at run time:
-``request.tools`` in ``wrap_model_call``, run in ``wrap_tool_call``) never are: the check fails, naming the
-agent's tools; ``RepeatGuardMiddleware(check_tools=False)`` is the way through, and the limit still holds.
+The check reads the tools each model call is offered (``request.tools``), at the first model call: MCP tools
+given to ``create_agent`` are among them, and so are tools a middleware listed before the guard adds at run
+time (LangChain's way for tools created at run time: ``request.tools`` in ``wrap_model_call``, run in
+``wrap_tool_call``), so a limit on one passes and is enforced. Added by a middleware listed after the guard,
+they are not: the check fails, naming the agent's tools; ``RepeatGuardMiddleware(check_tools=False)`` is the
+way through, and the limit still holds.
 """
 
 from __future__ import annotations
@@ -102,16 +104,32 @@ async def test_a_limit_on_an_mcp_tool_passes_the_check_and_is_enforced(tmp_path:
     assert result["messages"][-1].content == "In transit."
 
 
-async def test_a_tool_added_at_run_time_fails_the_check_by_default(tmp_path: Path) -> None:
+async def test_a_tool_a_middleware_adds_before_the_guard_passes_the_check_and_is_enforced(tmp_path: Path) -> None:
     client, log = carrier(tmp_path)
     model = ScriptedChatModel(then=TWICE)
     guard = RepeatGuardMiddleware(limits={"track_parcel": 1})
     async with client.session("carrier") as session:
         middleware = [CarrierAtRunTime(session), guard]
         agent = create_agent(model, tools=[list_hubs], middleware=middleware, checkpointer=InMemorySaver())
+        result = await agent.ainvoke(USER, CONFIG)
+
+    assert model.tools_offered == ["list_hubs", "track_parcel"]
+    assert log.read_text().splitlines() == ["track_parcel FR-1"]
+    (refusal,) = model.tool_results(2)
+    assert refusal.startswith("Refused: you already called track_parcel with these exact arguments once")
+    assert result["messages"][-1].content == "In transit."
+
+
+async def test_a_tool_a_middleware_adds_after_the_guard_fails_the_check_by_default(tmp_path: Path) -> None:
+    client, log = carrier(tmp_path)
+    model = ScriptedChatModel(then=TWICE)
+    guard = RepeatGuardMiddleware(limits={"track_parcel": 1})
+    async with client.session("carrier") as session:
+        middleware = [guard, CarrierAtRunTime(session)]
+        agent = create_agent(model, tools=[list_hubs], middleware=middleware, checkpointer=InMemorySaver())
         with pytest.raises(GuardSetupError, match=r"names 'track_parcel'.*list_hubs"):
             await agent.ainvoke(USER, CONFIG)
-    assert log.read_text() == "" and model.calls == 1  # the model asked; the call never ran
+    assert log.read_text() == "" and model.calls == 0  # caught before the first model call
 
 
 async def test_check_tools_false_lets_a_run_time_tool_through_and_its_limit_holds(tmp_path: Path) -> None:
@@ -119,7 +137,7 @@ async def test_check_tools_false_lets_a_run_time_tool_through_and_its_limit_hold
     model = ScriptedChatModel(then=TWICE)
     guard = RepeatGuardMiddleware(limits={"track_parcel": 1}, check_tools=False)
     async with client.session("carrier") as session:
-        middleware = [CarrierAtRunTime(session), guard]
+        middleware = [guard, CarrierAtRunTime(session)]
         agent = create_agent(model, tools=[list_hubs], middleware=middleware, checkpointer=InMemorySaver())
         result = await agent.ainvoke(USER, CONFIG)
 

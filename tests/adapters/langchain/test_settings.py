@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langchain_parcels import ARGS, USER, Carrier, parcel_agent, seed_004, thread
@@ -107,38 +108,54 @@ def test_a_policy_passed_wrong_fails_with_the_right_spelling() -> None:
         RepeatGuardMiddleware({"max_calls": 2})
 
 
-def test_a_tool_named_in_the_policy_that_the_agent_lacks_fails_at_the_first_tool_call(carrier: Carrier) -> None:
-    model = ScriptedChatModel(then=keep_calling("track_parcel", ARGS))
+def test_a_tool_named_in_the_policy_that_the_agent_lacks_fails_at_the_first_model_call(carrier: Carrier) -> None:
+    # A model that would answer at once, without a tool call: the typo is still caught, before the model is
+    # called (the model call's request carries the agent's tools).
+    model = ScriptedChatModel(then=answer("It is in transit."))
     agent = parcel_agent(model, carrier, Policy(limits={"track_parcels": 1}))
 
     with pytest.raises(GuardSetupError, match=r"limits=...\) names 'track_parcels'.*did you mean 'track_parcel'"):
         agent.invoke(USER, thread("t1"))
-    assert carrier.calls == []
+    assert model.calls == 0 and carrier.calls == []
 
 
-def test_tool_names_are_checked_against_every_tool_not_the_ones_a_middleware_offered(carrier: Carrier) -> None:
-    # A tool-selecting middleware outside the guard narrows the model call's tools; the policy names a
-    # tool the agent has but this model call was not offered: no error, and the limit still applies.
-    from langchain.agents.middleware import AgentMiddleware
+class OfferOnlyTracking(AgentMiddleware[Any, Any, Any]):
+    """A tool selector: offers the model only ``track_parcel``."""
 
-    class OfferOnlyTracking(AgentMiddleware[Any, Any, Any]):
-        def wrap_model_call(self, request: Any, handler: Any) -> Any:
-            return handler(request.override(tools=[t for t in request.tools if t.name == "track_parcel"]))
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return handler(request.override(tools=[t for t in request.tools if t.name == "track_parcel"]))
 
-    @tool
-    def cancel_parcel(tracking_number: str) -> str:
-        """Cancel a parcel."""
-        return "cancelled"
 
+@tool
+def cancel_parcel(tracking_number: str) -> str:
+    """Cancel a parcel."""
+    return "cancelled"
+
+
+def test_a_tool_selector_listed_after_the_guard_leaves_the_check_every_tool(carrier: Carrier) -> None:
+    # The selector narrows the model call's tools inside the guard: the policy names a tool the agent has but
+    # this model call was not offered: no error, and the limit still applies.
     model = ScriptedChatModel(replies=[keep_calling("track_parcel", ARGS)] * 2 + [answer("done")])
     guard = RepeatGuardMiddleware(Policy(limits={"cancel_parcel": 0, "track_parcel": 1}))
-    agent = parcel_agent(model, carrier, middleware=[OfferOnlyTracking(), guard], tools=[cancel_parcel])
+    agent = parcel_agent(model, carrier, middleware=[guard, OfferOnlyTracking()], tools=[cancel_parcel])
 
     result = agent.invoke(USER, thread("t1"))
 
     assert model.tools_offered == ["track_parcel"]
     assert carrier.calls == ["FR-7731"] and model.tool_results(2)[0].startswith("Refused")
     assert result["messages"][-1].content == "done"
+
+
+def test_a_tool_selector_listed_before_the_guard_that_hides_a_named_tool_fails_naming_the_order(
+    carrier: Carrier,
+) -> None:
+    model = ScriptedChatModel(then=keep_calling("track_parcel", ARGS))
+    guard = RepeatGuardMiddleware(Policy(limits={"cancel_parcel": 0}))
+    agent = parcel_agent(model, carrier, middleware=[OfferOnlyTracking(), guard], tools=[cancel_parcel])
+
+    with pytest.raises(GuardSetupError, match=r"names 'cancel_parcel'.*list that middleware after the guard"):
+        agent.invoke(USER, thread("t1"))
+    assert model.calls == 0 and carrier.calls == []
 
 
 def test_the_middleware_given_twice_is_refused_by_create_agent(carrier: Carrier) -> None:

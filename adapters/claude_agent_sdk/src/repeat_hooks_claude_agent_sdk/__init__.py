@@ -12,7 +12,8 @@
 The guard is a set of hooks (``UserPromptSubmit``, ``PreToolUse``, ``PostToolUse``,
 ``PostToolUseFailure``) and a transport that shows them which model response each call belongs to. A
 turn is one user prompt; the counts live in a ``StateStore`` keyed by session id, so a resumed session
-goes on with its state. ``await stop_of(guard, result_message)`` says how the guard ended a turn.
+goes on with its state; a sub-agent (the ``Agent`` tool) counts apart, in a state of its own.
+``await stop_of(guard, result_message)`` says how the guard ended a turn.
 """
 
 from repeat_hooks import Policy, Stop, StopReason, TokenPrices

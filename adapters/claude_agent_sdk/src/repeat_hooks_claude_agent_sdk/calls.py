@@ -113,11 +113,13 @@ def allow() -> SyncHookJSONOutput:
     return {}
 
 
-def deny(decision: Refusal | Stop) -> SyncHookJSONOutput:
+def deny(decision: Refusal | Stop, stop: Stop | None = None) -> SyncHookJSONOutput:
     """The ``PreToolUse`` output for a refused call: the tool does not run and the model reads the refusal's
     text as the call's error result. A ``Stop`` (and a refusal because the turn already stopped) also ends the
     turn (``continue_: False``): Claude Code makes no further model call, and the stop message is the reason
-    the call's result holds, so the model reads it when the conversation goes on."""
+    the call's result holds, so the model reads it when the conversation goes on. ``stop``: the refusal itself
+    ends the turn with that stop (``max_refusals`` reached at it): the model reads the refusal, and the
+    caller gets the stop."""
     output: SyncHookJSONOutput = {
         "hookSpecificOutput": {
             "hookEventName": "PreToolUse",
@@ -125,9 +127,9 @@ def deny(decision: Refusal | Stop) -> SyncHookJSONOutput:
             "permissionDecisionReason": decision.message,
         }
     }
-    if isinstance(decision, Stop) or decision.kind is RefusalKind.TURN_ENDED:
+    if stop is not None or isinstance(decision, Stop) or decision.kind is RefusalKind.TURN_ENDED:
         output["continue_"] = False
-        output["stopReason"] = decision.message
+        output["stopReason"] = (stop or decision).message
     return output
 
 

@@ -14,7 +14,9 @@ process or another, goes on with its state. Which hook does what:
   of the response are decided with those still undecided, in the order the model wrote them. A refused
   call is denied with the refusal as the reason: the tool does not run and the model reads the text as
   the call's error result. A stop denies the call and ends the turn (``continue_: False``): no more
-  model calls, and the caller's ``ResultMessage.result`` is the stop message.
+  model calls, and the caller's ``ResultMessage.result`` is the stop message. ``max_refusals`` moves only
+  at a refusal, so it is checked there: the refusal that reaches it is denied with its text (the model
+  reads it when the conversation goes on) and ends the turn with the stop, with no model call after it.
 - ``PostToolUse`` / ``PostToolUseFailure``: the call's outcome and what the model reads of its result
   (``calls.result_view``, or the error text), recorded when the next response comes: no result of a
   response restarts the count of a call in the same response.
@@ -22,16 +24,27 @@ process or another, goes on with its state. Which hook does what:
 Which response a call belongs to is not in the hooks: ``GuardedTransport`` (``stream``) reads it from the
 CLI's stream, so run the guard with ``guard.query(...)`` or ``guard.client(...)``, or pass both
 ``options=guard.options(...)`` and ``transport=guard.transport(...)`` to the SDK yourself.
+
+**Sub-agents** (Claude Code's ``Agent`` tool): each is an agent of its own, as its model sees it: its own
+conversation, so its own counts, model calls, cost and stop, in a ``GuardState`` of its own in the same
+store (``state.session_key(session_id, agent_id)``), its turn being its run. Its hooks carry its
+``agent_id``; its responses are told apart in the stream by their ``parent_tool_use_id``. The parent's turn
+keeps its own counts: a sub-agent's calls neither count in it nor restart them (the ``Agent`` call itself
+is the parent's call). A sub-agent the guard stops is ended the way a stopped turn is (its call denied with
+the stop message, ``continue_: False``): Claude Code ends that sub-agent only, and hands the parent its
+result as it does for any sub-agent that finished; the parent's turn goes on, and its ``ResultMessage`` is
+the parent's (``stop_of(..., agent_id=...)`` reads the sub-agent's stop).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
+import anyio
 from claude_agent_sdk import (
     ClaudeAgentOptions,
     ClaudeSDKClient,
@@ -54,6 +67,7 @@ from repeat_hooks import (
     MemoryStore,
     Policy,
     Refusal,
+    RefusalKind,
     StateStore,
     Stop,
     StopReason,
@@ -72,6 +86,9 @@ T = TypeVar("T")
 
 _OWNER = "RepeatGuardHooks"
 MAX_SESSIONS = 1024
+STREAM_WAIT = 5.0
+"""Seconds a sub-agent's ``PreToolUse`` waits for its ``tool_use`` block to stream (it comes within
+milliseconds; past this, the call is decided on its own, as a deferred call is, and a warning logged)."""
 """Sessions whose current turn the process follows at once (``Flight``s); the least recently used goes first."""
 
 NO_TRANSPORT = (
@@ -135,7 +152,8 @@ class RepeatGuardHooks:
             },
         )
         self.store: StateStore = store if store is not None else MemoryStore()
-        """Where each session's ``GuardState`` lives, keyed by ``state.session_key(session_id)``."""
+        """Where each session's ``GuardState`` lives, keyed by ``state.session_key(session_id)``, and each of its
+        sub-agents' (``session_key(session_id, agent_id)``)."""
         self.cost = cost
         self.fail_closed = fail_closed
         self._flights: OrderedDict[str, Flight] = OrderedDict()
@@ -194,9 +212,12 @@ class RepeatGuardHooks:
         """The SDK's ``ClaudeSDKClient`` with the guard (``async with guard.client(options) as client: ...``)."""
         return ClaudeSDKClient(options=self.options(options), transport=self.transport(options))
 
-    async def stop_of(self, session: ResultMessage | str, turn_id: str | None = None) -> Stop | None:
-        """``state.stop_of(self, session, turn_id)``: how the guard ended a turn of the session, or ``None``."""
-        return await stop_of(self, session, turn_id)
+    async def stop_of(
+        self, session: ResultMessage | str, turn_id: str | None = None, *, agent_id: str | None = None
+    ) -> Stop | None:
+        """``state.stop_of(self, session, turn_id, agent_id=...)``: how the guard ended a turn of the session (or
+        its sub-agent ``agent_id``), or ``None``."""
+        return await stop_of(self, session, turn_id, agent_id=agent_id)
 
     # -- the hooks ----------------------------------------------------------------------------------------
 
@@ -212,39 +233,41 @@ class RepeatGuardHooks:
                 if turn_id is not None and turn_id == flight.turn_id:
                     return allow()
                 flight.start(turn_id)
-        await self._update(session, lambda state: self.policy.start_turn(state, turn_id=turn_id), None)
+        await self._update(session_key(session), lambda state: self.policy.start_turn(state, turn_id=turn_id), None)
         return allow()
 
     async def on_pre_tool_use(self, event: Mapping[str, Any]) -> HookJSONOutput:
         """Fires before each tool call: returns ``{}`` to let it go on (Claude Code's permissions still apply),
         or a deny with the refusal's text (the tool does not run; the model reads it), with ``continue_: False``
         when the turn stops (see the module's docstring for when each rule is checked)."""
-        session, turn_id = str(event["session_id"]), _turn(event)
         tool_use_id, name, arguments = (
             str(event.get("tool_use_id") or ""),
             str(event["tool_name"]),
             event.get("tool_input"),
         )
-        flight = self._flights.get(session)
-        if flight is None:
+        main = self._flights.get(str(event["session_id"]))
+        if main is None:
             logger.error("repeat_hooks_claude_agent_sdk: %s", NO_TRANSPORT)
             return deny(Stop(message=NO_TRANSPORT, reason=StopReason.REPEATED_CALL))
-        if flight.broken is not None:
-            return deny(Stop(message=f"repeat-hooks: {flight.broken}", reason=StopReason.REPEATED_CALL))
+        if main.broken is not None:
+            return deny(Stop(message=f"repeat-hooks: {main.broken}", reason=StopReason.REPEATED_CALL))
+        key, turn_id, flight = _agent_of(event, main)
         async with flight.lock:
             block = flight.find(tool_use_id, arguments, answered=False)
+            if block is None and flight is not main:
+                block = await _streamed(flight, tool_use_id, arguments)
             if block is None:
                 # Not streamed in this process: a call deferred by a PreToolUse hook (permissionDecision
                 # "defer") and delivered again when the session resumes. Its decision is in the store.
                 call = tool_call(name, arguments, tool_use_id or None, flight.hints.get(name))
                 decided = await self._update(
-                    session, lambda state: self.policy.decide_tool_call(state, call, turn_id=turn_id), self._down()
+                    key, lambda state: self.policy.decide_tool_call(state, call, turn_id=turn_id), self._down()
                 )
                 return deny(decided) if decided is not None else allow()
             if not block.decided:
-                await self._decide(session, turn_id, flight, block)
+                await self._decide(key, turn_id, flight, block)
             block.answered = True
-            return deny(block.decision) if block.decision is not None else allow()
+            return deny(block.decision, block.ends) if block.decision is not None else allow()
 
     async def on_post_tool_use(self, event: Mapping[str, Any]) -> HookJSONOutput:
         """Fires after a tool ran and succeeded: keeps its outcome and what the model reads of its result
@@ -254,7 +277,9 @@ class RepeatGuardHooks:
 
     async def on_post_tool_use_failure(self, event: Mapping[str, Any]) -> HookJSONOutput:
         """Fires after a tool failed (it raised, or an MCP tool answered ``isError``): keeps the failure and its
-        error text (what the model reads), recorded when the next model response comes. Returns ``{}``."""
+        error text (what the model reads), recorded when the next model response comes. Returns ``{}``: Claude
+        Code (CLI 2.1.332) ignores ``continue: false`` from this hook, so ``max_errors_in_a_row`` is checked at
+        the next response's first call, as the budgets are."""
         await self._outcome(event, ok=False, result=event.get("error"))
         return allow()
 
@@ -279,24 +304,23 @@ class RepeatGuardHooks:
             if len(self.result_turns) > MAX_SESSIONS:
                 self.result_turns.popitem(last=False)
 
-    async def _decide(self, session: str, turn_id: str | None, flight: Flight, block: Block) -> None:
+    async def _decide(self, key: str, turn_id: str | None, flight: Flight, block: Block) -> None:
         """Decide ``block`` with the calls of its response streamed before it and not yet decided; at a new
-        response, first record the previous one and check the stop rules."""
+        response, first record the previous one and check the stop rules. A refusal that reaches
+        ``max_refusals`` ends the turn at once (``Block.ends``)."""
         batch = flight.batch(block)
         calls = [known.call for known in batch]
         policy = self.policy
-        if block.response == flight.current:
-
-            def change(state: GuardState) -> list[Refusal | Stop | None]:
-                return list(policy.decide_tool_calls(state, calls, turn_id=turn_id))
-
-        else:
-            previous, outcomes = flight.current, list(flight.pending)
-            cost = self._cost_of(flight.usage.get(previous)) if previous is not None else 0.0
+        new_response = block.response != flight.current
+        previous, outcomes = flight.current, list(flight.pending)
+        if new_response:
             flight.pending.clear()
             flight.next_response(block.response)
+        cost = self._cost_of(flight.usage.get(previous)) if previous is not None else 0.0
+        cost_now = self._cost_of(flight.usage.get(block.response))
 
-            def change(state: GuardState) -> list[Refusal | Stop | None]:
+        def decide(state: GuardState) -> tuple[list[Refusal | Stop | None], Stop | None]:
+            if new_response:
                 for outcome in outcomes:
                     policy.record_tool_result(
                         state, outcome.call, ok=outcome.ok, result=outcome.result, turn_id=turn_id
@@ -305,21 +329,26 @@ class RepeatGuardHooks:
                     policy.record_model_call(state, cost_usd=cost, turn_id=turn_id)
                 stop = policy.decide_model_call(state, turn_id=turn_id)
                 if stop is not None:
-                    return [stop] * len(calls)
-                return list(policy.decide_tool_calls(state, calls, turn_id=turn_id))
+                    return [stop] * len(calls), None
+            decisions: list[Refusal | Stop | None] = list(policy.decide_tool_calls(state, calls, turn_id=turn_id))
+            return decisions, _stop_at_refusal(policy, state, decisions, cost_now, turn_id)
 
-        fallback: list[Refusal | Stop | None] = [self._down()] * len(calls)
-        decisions = await self._update(session, change, fallback)
+        fallback: tuple[list[Refusal | Stop | None], Stop | None] = ([self._down()] * len(calls), None)
+        decisions, stop = await self._update(key, decide, fallback)
         for known, decision in zip(batch, decisions, strict=True):
             known.decided, known.decision = True, decision
             if isinstance(decision, Stop):
                 flight.stop = decision
+            elif isinstance(decision, Refusal) and stop is not None:
+                known.ends = stop
+        if stop is not None:
+            flight.stop, flight.current = stop, None  # its model call is recorded: not again at a later sibling
 
     async def _outcome(self, event: Mapping[str, Any], *, ok: bool, result: Any) -> None:
-        session, turn_id = str(event["session_id"]), _turn(event)
-        flight = self._flights.get(session)
-        if flight is None:
+        main = self._flights.get(str(event["session_id"]))
+        if main is None:
             return
+        key, turn_id, flight = _agent_of(event, main)
         tool_use_id, name, arguments = (
             str(event.get("tool_use_id") or ""),
             str(event["tool_name"]),
@@ -332,7 +361,7 @@ class RepeatGuardHooks:
             return
         call = tool_call(name, arguments, tool_use_id or None, flight.hints.get(name))
         await self._update(
-            session,
+            key,
             lambda state: self.policy.record_tool_result(state, call, ok=ok, result=result, turn_id=turn_id),
             None,
         )
@@ -346,12 +375,13 @@ class RepeatGuardHooks:
             return 0.0
         return float(self.cost(usage))  # Anthropic's spelling, which repeat_hooks.usage_tokens reads
 
-    async def _update(self, session: str, change: Callable[[GuardState], T], fallback: T) -> T:
-        """One atomic change of the session's state; ``fallback`` when the store fails (logged)."""
+    async def _update(self, key: str, change: Callable[[GuardState], T], fallback: T) -> T:
+        """One atomic change of the state under ``key`` (``session_key``); ``fallback`` when the store fails
+        (logged)."""
         try:
-            return await self.store.update(session_key(session), change)
+            return await self.store.update(key, change)
         except StoreUnavailable:
-            logger.exception("repeat_hooks_claude_agent_sdk: the store failed for session %s", session)
+            logger.exception("repeat_hooks_claude_agent_sdk: the store failed for %s", key)
             return fallback
 
     @staticmethod
@@ -370,6 +400,43 @@ class RepeatGuardHooks:
 
         callback.__name__ = method.__name__
         return callback
+
+
+def _stop_at_refusal(
+    policy: Policy, state: GuardState, decisions: Sequence[Refusal | Stop | None], cost: float, turn_id: str | None
+) -> Stop | None:
+    """``max_refusals`` checked at the refusal that reaches it rather than before the next model call: the
+    responses with a refusal only grow within a turn, and theirs is the first rule ``decide_model_call`` checks,
+    so it would stop the turn there anyway. Then the response is counted as a model call (with its ``cost``
+    so far) and the stop taken from the core; else ``None`` and nothing changes."""
+    limit = policy.max_refusals
+    if limit is None or state.turn.refused_responses < max(1, limit):
+        return None
+    if not any(isinstance(decision, Refusal) and decision.kind is not RefusalKind.TURN_ENDED for decision in decisions):
+        return None
+    policy.record_model_call(state, cost_usd=cost, turn_id=turn_id)
+    return policy.decide_model_call(state, turn_id=turn_id)
+
+
+def _agent_of(event: Mapping[str, Any], main: Flight) -> tuple[str, str | None, Flight]:
+    """Whose call a tool hook is about: the store key, turn id and flight of the session's main agent, or of
+    the sub-agent named by the hook's ``agent_id`` (its own state; its turn is its run)."""
+    session, agent_id = str(event["session_id"]), event.get("agent_id")
+    if isinstance(agent_id, str) and agent_id:
+        return session_key(session, agent_id), agent_id, main.agent(agent_id)
+    return session_key(session), _turn(event), main
+
+
+async def _streamed(flight: Flight, tool_use_id: str, arguments: Any) -> Block | None:
+    """A sub-agent's block, once it has streamed (at most ``STREAM_WAIT`` seconds); ``None`` if it did not."""
+    with anyio.move_on_after(STREAM_WAIT):
+        while True:
+            await flight.streamed.wait()
+            block = flight.find(tool_use_id, arguments, answered=False)
+            if block is not None:
+                return block
+    logger.warning("repeat_hooks_claude_agent_sdk: a sub-agent's call %s never streamed", tool_use_id)
+    return None
 
 
 def _turn(event: Mapping[str, Any]) -> str | None:

@@ -18,12 +18,21 @@ turns on the CLI's partial messages and hides them unless you asked for them), t
 the ``init`` line, to check the policy's tool names). One change to what the caller reads: when the guard
 ended a turn, the CLI's ``result`` has empty text (``terminal_reason="hook_stopped"``); the transport puts
 the stop message there.
+
+Sub-agents (the ``Agent`` tool, formerly ``Task``) run in the same CLI and stream in the same stdout. Each
+has a ``Flight`` of its own (``Flight.agents``), named by its ``agent_id``: a ``task_started`` line says
+which ``Agent`` call started which agent (``task_id`` is the agent's id, ``tool_use_id`` the call's), and
+each line of a sub-agent carries that call's id as its ``parent_tool_use_id``; the hooks carry the
+``agent_id``. A sub-agent's ``assistant`` line may come just after the ``PreToolUse`` it triggers (a
+foreground sub-agent's lines are passed on as it runs them, measured with CLI 2.1.332), so its hooks wait
+for it (``Flight.streamed``, at most ``guard.STREAM_WAIT`` seconds).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -65,14 +74,22 @@ class Block:
     """Its ``PreToolUse`` was answered."""
     settled: bool = False
     """Its outcome was taken (``PostToolUse`` or ``PostToolUseFailure``)."""
+    ends: Stop | None = None
+    """A refused call at which the turn ends (``max_refusals`` reached at its refusal): the stop."""
+
+
+MAX_AGENTS = 256
+"""Sub-agents a session's ``Flight`` follows at once (and ``Agent`` calls it remembers); the least recently
+used goes first (a sub-agent forgotten while it runs is then decided call by call, as a deferred call is)."""
 
 
 @dataclass(eq=False)
 class Flight:
-    """One session's current turn as its transport saw it; the hooks of that session read and change it.
+    """One agent's current turn as its transport saw it: a session's main agent, or one of its sub-agents
+    (in the main one's ``agents``). The hooks of that agent read and change it.
 
     Kept in the process that runs the CLI (the hooks always run there), never in the store: it only lives
-    for one turn, and the counts themselves are in the store.
+    for one turn (a sub-agent's: its run), and the counts themselves are in the store.
     """
 
     hints: dict[str, Hints] = field(default_factory=dict)
@@ -93,7 +110,40 @@ class Flight:
     broken: GuardSetupError | None = None
     """A setup mistake the transport found: every call is refused with it, and the turn's result raises it."""
     lock: anyio.Lock = field(default_factory=anyio.Lock)
-    """Serializes the session's decisions: a response's calls are decided in stream order."""
+    """Serializes the agent's decisions: a response's calls are decided in stream order."""
+    streamed: anyio.Event = field(default_factory=anyio.Event)
+    """Set (then replaced) each time a ``tool_use`` block of this agent streams: what a hook waits on."""
+    agents: OrderedDict[str, Flight] = field(default_factory=OrderedDict)
+    """The main agent's sub-agents, by ``agent_id`` (at most ``MAX_AGENTS``)."""
+    tasks: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    """The ``agent_id`` each ``Agent`` call started, by the call's ``tool_use_id`` (the ``parent_tool_use_id``
+    of the sub-agent's lines)."""
+
+    def agent(self, agent_id: str) -> Flight:
+        """The sub-agent ``agent_id``'s flight (made if new): its turn is its run, so its turn id is its id."""
+        flight = self.agents.get(agent_id)
+        if flight is None:
+            flight = self.agents[agent_id] = Flight(hints=self.hints, turn_id=agent_id)
+            if len(self.agents) > MAX_AGENTS:
+                self.agents.popitem(last=False)
+        else:
+            self.agents.move_to_end(agent_id)
+            flight.hints = self.hints
+        return flight
+
+    def started(self, tool_use_id: str, agent_id: str) -> None:
+        """A ``task_started`` line: the ``Agent`` call ``tool_use_id`` started the sub-agent ``agent_id``."""
+        self.tasks[tool_use_id] = agent_id
+        if len(self.tasks) > MAX_AGENTS:
+            self.tasks.popitem(last=False)
+
+    def lane(self, parent_tool_use_id: Any) -> Flight | None:
+        """The flight a line belongs to: this one for the main agent's lines (no ``parent_tool_use_id``), the
+        sub-agent's for its lines, ``None`` for a sub-agent whose ``task_started`` this flight did not see."""
+        if not parent_tool_use_id:
+            return self
+        agent_id = self.tasks.get(str(parent_tool_use_id))
+        return self.agent(agent_id) if agent_id is not None else None
 
     def start(self, turn_id: str | None) -> None:
         """A new user prompt: forget the previous turn's calls, outcomes and usage."""
@@ -114,6 +164,8 @@ class Flight:
         if call_id != call.call_id:
             call = tool_call(name, block.get("input"), call_id, self.hints.get(name))
         self.blocks.append(Block(call=call, tool_use_id=tool_use_id, response=response))
+        self.streamed.set()
+        self.streamed = anyio.Event()
 
     def find(self, tool_use_id: str, tool_input: Any, *, answered: bool) -> Block | None:
         """The streamed block a hook is about: the first one with this id (and, if the model used the id for
@@ -209,8 +261,16 @@ class GuardedTransport(Transport):
             elif subtype == "mcp_message" and (request.get("message") or {}).get("method") == "tools/list":
                 self._listing[str(message.get("request_id"))] = str(request.get("server_name"))
             return message
-        flight = self._flight(message.get("session_id"))
+        session = self._flight(message.get("session_id"))
+        if session is None:
+            return message
+        if kind == "system" and message.get("subtype") == "task_started":
+            if message.get("tool_use_id") and message.get("task_id"):
+                session.started(str(message["tool_use_id"]), str(message["task_id"]))
+            return message
+        flight = session.lane(message.get("parent_tool_use_id"))
         if flight is None:
+            logger.debug("repeat_hooks_claude_agent_sdk: a line of a sub-agent whose start was not seen")
             return message
         if kind == "assistant":
             body = message.get("message") or {}

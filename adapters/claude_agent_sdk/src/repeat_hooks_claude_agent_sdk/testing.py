@@ -54,7 +54,7 @@ from claude_agent_sdk import (
 )
 from pydantic_core import to_jsonable_python
 
-from repeat_hooks import Policy
+from repeat_hooks import Policy, StopReason
 from repeat_hooks.testing import FINAL, SCENARIOS, STOPPED, Cursor, Scenario, Tool, ToolBox, TurnOutcome
 
 from .calls import result_text
@@ -359,22 +359,13 @@ UNSUPPORTED: dict[str, str] = dict.fromkeys(
 )
 """Kit scenarios this SDK cannot express, and why."""
 
-OPEN: dict[str, str] = {
-    "isolated_branches_count_apart": (
-        "an open bug of this adapter: Claude Code's sub-agents (the Agent tool) call the session's hooks with its "
-        "session_id and prompt_id (and their own agent_id, which the guard does not read yet) and stream their "
-        "responses in the session's stream, so the guard counts every sub-agent's calls as one conversation's: "
-        "the 3rd branch's first call is refused, told it 'already called' a tool it never called. The fix scopes "
-        "the counts by agent_id in the hooks and parent_tool_use_id in the stream"
-    ),
-}
-"""Kit scenarios this SDK can express that the adapter fails today, and why: each still fails as described
-(``tests/adapters/claude_agent_sdk/test_conformance.py``), so fixing it shows."""
-
-STOP_LAG = 1
-"""``check(..., stop_lag=STOP_LAG)``: Claude Code has no hook before a model call, so a stop rule that trips
-between two responses (refusals ignored, errors in a row, a budget) lands at the next response's first
-``PreToolUse``: the model is called once more, and its calls are denied with the stop (``guard`` module)."""
+STOP_LAG: dict[StopReason, int] = {StopReason.TOO_MANY_ERRORS: 1, StopReason.MAX_STEPS: 1, StopReason.COST: 1}
+"""``check(..., stop_lag=STOP_LAG)``, per stop reason: Claude Code has no hook before a model call, so a stop
+rule that trips between two responses lands at the next response's first ``PreToolUse``: the model is called
+once more, and its calls are denied with the stop. So do the budgets (model calls, cost: moved by a model
+call) and ``max_errors_in_a_row`` (moved by a failure, but Claude Code 2.1.332 ignores ``continue: false``
+from ``PostToolUseFailure``, measured). ``max_refusals`` is moved by a refusal, and the turn ends at the
+refusal that reaches it (``continue_: False`` with its ``PreToolUse`` deny): no lag (``guard`` module)."""
 
 
 class Driver:

@@ -23,6 +23,8 @@ one ``before_model`` node per step, as ``ModelCallLimitMiddleware`` does, and on
   edited is decided afresh on its new arguments (refused: the refusal is its ``ToolMessage``).
 - ``after_agent`` (when the loop ends): when it ended only because every call of the last response was
   refused, jumps back to the model (``{"jump_to": "model"}``), which reads the refusals in the same turn.
+  ``after_agent`` hooks run in reverse list order, so the guard must be listed after every middleware that
+  has one (``before_agent`` checks it: ``GuardSetupError`` before anything runs).
 
 The counters live in the graph state under ``repeat_guard`` (see ``state``), so they are checkpointed
 with the thread. The middleware object holds settings only: one compiled agent serves every thread.
@@ -81,7 +83,7 @@ from .calls import (
     same_call,
     tool_hints,
 )
-from .refusal import ended_on_refusals, kept_positions, refuse
+from .refusal import edit_refusal, ended_on_refusals, kept_positions, refuse
 from .state import HINTS_KEY, STATE_KEY, UNDECIDED_KEY, RepeatGuardState, dump_state, load_state
 
 ModelHandler = Callable[[ModelRequest[Any]], ModelResponse[Any]]
@@ -124,9 +126,15 @@ the model (chat model integrations do not send ``response_metadata``)."""
 
 PER_CALL_ORDER = (
     "HumanInTheLoopMiddleware(interrupt_mode='per_call') reviews a call inside the tool-call chain, and it is "
-    "listed after RepeatGuardMiddleware, so a reviewer's edit would run without being decided; list it first: "
-    "create_agent(..., middleware=[HumanInTheLoopMiddleware(interrupt_on={...}, interrupt_mode='per_call'), "
-    "RepeatGuardMiddleware(...)])"
+    "listed after RepeatGuardMiddleware, so a reviewer's edit would run without being decided; list "
+    "RepeatGuardMiddleware after it: create_agent(..., middleware=[HumanInTheLoopMiddleware(interrupt_on={...}, "
+    "interrupt_mode='per_call'), RepeatGuardMiddleware(...)])"
+)
+
+TOOLS_OFFERED = (
+    " (checked against the tools the model call is offered, request.tools: a middleware listed before "
+    "RepeatGuardMiddleware that narrows them hides the others from it; list that middleware after the guard, "
+    "or pass RepeatGuardMiddleware(check_tools=False))"
 )
 
 
@@ -143,14 +151,14 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
     of one response from its ``usage_metadata`` (``cost=TokenPrices(3, 15)``), required when
     ``max_cost_usd`` is set. ``clock``: times each model call for ``max_model_seconds``
     (``repeat_hooks.clock.monotonic``; ``None``: 0 seconds). A setting the middleware could not feed fails
-    here, with ``repeat_hooks.GuardSetupError``; a tool named in the policy that the agent does not have
-    fails at the agent's first tool call, when the tool node's full list is known. ``check_tools=False``
-    skips that check, for tools a middleware adds at run time (``request.tools`` in ``wrap_model_call``,
-    run in ``wrap_tool_call``: an MCP server's tools loaded mid-run), which the tool node's list never holds.
+    here, with ``repeat_hooks.GuardSetupError``; a tool named in the policy that the model call is not
+    offered (``request.tools``) fails at the first model call. ``check_tools=False`` skips that check, for
+    tools a middleware listed after the guard adds at run time (an MCP server's tools loaded mid-run).
 
-    With ``HumanInTheLoopMiddleware`` as it comes (``interrupt_on={"refund_order": True}``): nobody is asked
-    about a call the guard refused, in either interrupt mode; a ``"per_call"`` review must be listed before
-    the guard (listed after it, it fails at its first review, before anyone is asked).
+    Order: list the guard after every middleware that has an ``after_agent`` hook (checked before anything
+    runs) and after a ``"per_call"`` review (``HumanInTheLoopMiddleware``; checked at its first review, before
+    anyone is asked); each wrong order fails with ``GuardSetupError`` naming the right one. Nobody is asked
+    about a call the guard refused, in either interrupt mode.
     """
 
     state_schema = RepeatGuardState
@@ -180,7 +188,12 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
 
     @_scoped
     def before_agent(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Fires once per ``invoke`` / ``stream`` (not on a resume): starts a turn. Returns the reset counters."""
+        """Fires once per ``invoke`` / ``stream`` (not on a resume): starts a turn. Returns the reset counters.
+
+        Raises ``GuardSetupError`` when a middleware listed after the guard has an ``after_agent`` hook (it
+        would run before the guard's, which may send the agent back to the model): nothing has run yet.
+        """
+        _check_after_agent_order(self.name)
         guard = load_state(state)
         self.policy.start_turn(guard, turn_id=_turn_id(runtime))
         return {STATE_KEY: dump_state(guard)}
@@ -230,7 +243,10 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         ``{"jump_to": "model"}``: the model reads the refusals and answers again, in the same turn. Else
         ``None``.
         """
-        return {"jump_to": "model"} if ended_on_refusals(state.get("messages", ())) else None
+        if not ended_on_refusals(state.get("messages", ())):
+            return None
+        _check_after_agent_order(self.name)  # a run resumed on a graph built in another order
+        return {"jump_to": "model"}
 
     @hook_config(can_jump_to=["model"])
     async def aafter_agent(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -247,6 +263,7 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         call answered by its refusal (``refusal.refuse``), and the counters as a state update. A model call
         that raises is not counted (the error reaches the caller).
         """
+        self._check_tool_names(request.tools)
         watch = Stopwatch(self.clock)
         watch.start()
         response = handler(request)
@@ -256,6 +273,7 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         self, request: ModelRequest[Any], handler: AsyncModelHandler
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """``wrap_model_call`` for ``ainvoke`` / ``astream``."""
+        self._check_tool_names(request.tools)
         watch = Stopwatch(self.clock)
         watch.start()
         response = await handler(request)
@@ -352,8 +370,9 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
     ) -> None:
         """Records the outcome of each call of the last batch: what ran, as the model read it.
 
-        A call a reviewer rejected did not run: withdrawn (it neither counts nor waits for an outcome). A call
-        a reviewer edited is taken back and decided afresh on what ran, as the tool node decided it.
+        A call a reviewer rejected did not run: withdrawn (it waits for no outcome, and counts as a rejected
+        call). A call a reviewer edited is withdrawn the same way, and what ran is decided afresh, as the tool
+        node decided it.
         """
         message, answers = last_batch(messages)
         if message is None:
@@ -384,7 +403,6 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         """What to do with the call ``request`` runs (one the guard allowed, or a reviewer's edit of it): run it
         (and, when a reviewer edited it, the call that runs, for the next step's counts), or, for an edit the
         guard refuses, its refusal as a ``ToolMessage``."""
-        self._check_tool_names(request)
         state = request.state
         call = request.tool_call
         message = last_ai_message(state.get("messages", ()))
@@ -403,18 +421,20 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         refusal = self.policy.decide_tool_call(guard, guard_call(running, hints))
         ran = {"name": running["name"], "args": running.get("args"), "refused": refusal is not None}
         if refusal is not None:
-            return _Verdict(_refusal_message(call, refusal.message, ran), None)
+            return _Verdict(_refusal_message(call, edit_refusal(refusal.kind, running["name"]), ran), None)
         return _Verdict(None, ran)
 
-    def _check_tool_names(self, request: ToolCallRequest) -> None:
-        """The tools named in the policy must be the agent's: checked against the tool node's full list (not
-        the model call's, which a tool-selecting middleware may have narrowed) at each tool call, when the
-        policy names any tool. Keeps nothing on the middleware: one instance serves every agent and thread."""
+    def _check_tool_names(self, tools: Sequence[object]) -> None:
+        """The tools named in the policy must be among the tools the model call is offered (``request.tools``:
+        the agent's tools, MCP tools given to ``create_agent`` among them), checked at every model call when
+        the policy names any tool; raises ``GuardSetupError`` naming the closest one."""
         if not self._names_tools:
             return
-        tools = getattr(request.runtime, "tools", None)
-        if tools:
-            check_tool_names(self.policy, (tool.name for tool in tools), owner=OWNER)
+        names = (name for name in (getattr(tool, "name", None) for tool in tools) if isinstance(name, str))
+        try:
+            check_tool_names(self.policy, names, owner=OWNER)
+        except GuardSetupError as error:
+            raise GuardSetupError(f"{error}{TOOLS_OFFERED}") from None
 
 
 class _Verdict(NamedTuple):
@@ -452,6 +472,53 @@ def _check_interrupt(interrupt: GraphInterrupt) -> None:
         value = getattr(item, "value", None)
         if isinstance(value, Mapping) and value.get("type") == "tool_approval":
             raise GuardSetupError(PER_CALL_ORDER) from None
+
+
+_BRANCH = "branch:to:"
+_AFTER_AGENT = ".after_agent"
+
+
+def _check_after_agent_order(own: str) -> None:
+    """Raises ``GuardSetupError`` when a middleware listed after the guard (``own``: its node name prefix) has
+    an ``after_agent`` hook.
+
+    ``create_agent`` chains the ``after_agent`` nodes in reverse list order (``langchain/agents/factory.py``,
+    "Chain after_agent middleware"), so theirs would end the run before the guard's could send the agent back
+    to the model. No public API lists a graph's nodes to a running node: they are read from the channels the
+    running task reads the state through (LangGraph's ``CONFIG_KEY_READ``, a ``functools.partial`` of
+    ``local_read(scratchpad, channels, ...)``; one ``"branch:to:<node>"`` channel per node, in the order
+    ``create_agent`` added the nodes, which is the list order). Outside a graph run, or where that shape
+    changes (``tests/adapters/langchain/test_order.py`` fails then), nothing is checked.
+    """
+    try:
+        config = get_config()
+    except RuntimeError:
+        return
+    read = (config.get("configurable") or {}).get("__pregel_read")
+    args: Sequence[Any] = getattr(read, "args", None) or ()
+    channels = args[1] if len(args) > 1 and isinstance(args[1], Mapping) else {}
+    nodes = [
+        channel[len(_BRANCH) : -len(_AFTER_AGENT)]
+        for channel in channels
+        if isinstance(channel, str) and channel.startswith(_BRANCH) and channel.endswith(_AFTER_AGENT)
+    ]
+    later = nodes[nodes.index(own) + 1 :] if own in nodes else []
+    if later:
+        raise GuardSetupError(_after_agent_order(later))
+
+
+def _after_agent_order(later: Sequence[str]) -> str:
+    """The error for middleware ``later`` (names) listed after the guard with an ``after_agent`` hook."""
+    one = len(later) == 1
+    names = ", ".join(later)
+    return (
+        f"{names} {'is' if one else 'are'} listed after RepeatGuardMiddleware and {'has' if one else 'have'} an "
+        f"after_agent hook, which runs before the guard's (after_agent hooks run in reverse list order): when "
+        f"the guard refuses every call of a response, its after_agent sends the agent back to the model, after "
+        f"{'that hook' if one else 'those hooks'} had already run as if the run were over (ShellToolMiddleware "
+        f"closes its shell); list RepeatGuardMiddleware after {'it' if one else 'them'}: create_agent(..., "
+        f"middleware=[{', '.join(name + '(...)' for name in later)}, RepeatGuardMiddleware(...)])"
+    )
 
 
 def _turn_id(runtime: Runtime[Any]) -> str | None:

@@ -27,6 +27,8 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.messages import ToolCall as LangChainToolCall
 from langchain_core.messages.tool import invalid_tool_call
 
+from repeat_hooks import RefusalKind
+
 REFUSED_KEY = "repeat_guard_refused"
 """The ``response_metadata`` key marking a ``ToolMessage`` as the guard's refusal (never sent to the model:
 chat model integrations do not send ``response_metadata``)."""
@@ -98,3 +100,29 @@ def _with_own_ids(calls: Sequence[LangChainToolCall]) -> list[LangChainToolCall]
     if all(ids) and len(set(ids)) == len(ids):
         return list(calls)
     return [{**call, "id": f"{ids[position] or 'call'}_{position}"} for position, call in enumerate(calls)]
+
+
+_EDIT_REASONS: dict[RefusalKind, str] = {
+    RefusalKind.REPEAT: (
+        "it repeats a call that already ran, and nothing has changed since that could change its result"
+    ),
+    RefusalKind.OPAQUE: "it repeats a call that already ran as many times as this turn allows",
+    RefusalKind.FAILURE: "it repeats a call that already failed the same way, and it would fail again",
+    RefusalKind.CYCLE: "it would start a loop of calls again whose results did not change",
+    RefusalKind.FORBIDDEN: "{tool} may not be called in this turn",
+    RefusalKind.DUPLICATE_WRITE: "the same call already succeeded, and running it again would do it twice",
+    RefusalKind.REJECTED: "the same call was already rejected before it ran, and nothing has changed since",
+    RefusalKind.TURN_ENDED: "this turn has ended",
+}
+"""Why the guard refused a reviewer's edit, by refusal kind (the core's texts say "you called", which the
+model did not: the reviewer did)."""
+
+
+def edit_refusal(kind: RefusalKind, tool: str) -> str:
+    """The text the model reads when the guard refuses the call a reviewer put in place of the model's (after
+    LangChain's own notice, "Executed instead: <tool> with arguments {...}. Tool response:")."""
+    reason = _EDIT_REASONS.get(kind, "it repeats a call that already ran").format(tool=tool)
+    return (
+        f"Refused: the reviewer's replacement call did not run: {reason}. Neither your call nor the "
+        "replacement ran; use the earlier results, or give your answer with what you know."
+    )

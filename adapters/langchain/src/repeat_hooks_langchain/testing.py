@@ -10,7 +10,8 @@ Not for production. The tests of this package, the example and the benchmark use
 
 It is a ``BaseChatModel`` (the seam ``create_agent`` calls through ``bind_tools`` and ``invoke`` /
 ``ainvoke``), so every middleware hook, the tool node and the checkpointer run for real. Each tool call
-it sends without an id gets a fresh one (an id set in the script, even ``""``, is kept); each response
+it sends without an id gets a fresh one (an id set in the script, even ``""``, is kept); its
+``invalid_tool_calls`` (calls whose arguments could not be parsed) are sent as scripted; each response
 reports ``usage_metadata`` when ``usage`` is set.
 
 ``Driver`` runs the conformance kit's scenarios (``repeat_hooks.testing``) on the real ``create_agent`` loop
@@ -160,7 +161,12 @@ class ScriptedChatModel(BaseChatModel):
         if self.usage is not None:
             tokens_in, tokens_out = self.usage
             usage = {"input_tokens": tokens_in, "output_tokens": tokens_out, "total_tokens": tokens_in + tokens_out}
-        return AIMessage(content=message.content, tool_calls=calls, usage_metadata=usage)
+        return AIMessage(
+            content=message.content,
+            tool_calls=calls,
+            invalid_tool_calls=message.invalid_tool_calls,
+            usage_metadata=usage,
+        )
 
     def _generate(
         self,

@@ -338,11 +338,19 @@ class RepeatGuardHooks(Plugin):
     @_in_scope
     def _on_after_tool_call(self, event: AfterToolCallEvent) -> None:
         """Fires after each tool call: records whether it succeeded and what the model reads of its result.
-        Skips calls that did not run (cancelled by the guard or another hook) and attempts another hook
-        discards (``retry``). Returns nothing."""
-        if event.cancel_message is not None or event.retry or not self._records_outcomes:
+        A call another hook cancelled (a human rejected it at an interrupt, a guardrail) did not run: it is
+        withdrawn, and counts as rejected (``Policy.withdraw_tool_call``). Skips calls the guard refused and
+        attempts another hook discards (``retry``). Returns nothing."""
+        if event.retry or not self._records_outcomes:
             return
         agent = event.agent
+        if event.cancel_message is not None:
+            entry = self._run(agent).settle(event.tool_use)
+            if entry is not None and entry.refusal is None:
+                state = self._read(agent)
+                self.policy.withdraw_tool_call(state, entry.call)
+                self._stage(agent, state)
+            return
         entry = self._run(agent).settle(event.tool_use)
         if entry is None or entry.refusal is not None:
             return
@@ -358,11 +366,15 @@ class RepeatGuardHooks(Plugin):
         the stop message (the final assistant message; no further cycle). Returns nothing."""
         agent = event.agent
         run = self._run(agent)
+        answered = {block["toolResult"].get("toolUseId") for block in event.message["content"] if "toolResult" in block}
+        interrupted = any(entry.use.get("toolUseId") not in answered for entry in run.batch)
         run.batch = []
         run.in_batch = False
         state = self._read(agent)
-        if event.end_turn:
-            self._write(agent, state)  # the batch's counts; no model call follows
+        if event.end_turn or interrupted:
+            # No model call follows: the turn ends, or an interrupt pauses the batch (its resume decides the
+            # same calls again in this response: each is found by its id, not counted twice).
+            self._write(agent, state)
             return
         stop = self.policy.decide_model_call(state)
         self._write(agent, state)

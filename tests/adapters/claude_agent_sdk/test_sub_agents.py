@@ -1,0 +1,90 @@
+"""Claude Code's sub-agents (the ``Agent`` tool) on the real CLI: each counts apart from its parent, and a sub-agent
+the guard stops ends alone, its parent going on with the result Claude Code hands it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from cas_parcels import REFUSAL, SEED_004, STOPPED, TRACK, TRACKED, allowed, call, carrier, converse
+from claude_agent_sdk import AgentDefinition, AssistantMessage, TaskStartedMessage, ToolUseBlock, UserMessage
+from repeat_hooks_claude_agent_sdk import RepeatGuardHooks, read_state, result_text, stop_of
+from repeat_hooks_claude_agent_sdk.testing import FakeMessagesAPI, Reply, steps, tool_results, tool_use
+
+from repeat_hooks import StopReason
+
+TRACKER = "TRACKER SUB-AGENT: track the parcel."
+"""The sub-agent's system prompt, by which the fake model tells its requests apart."""
+
+
+def parent_then_tracker(request: dict[str, Any]) -> Reply:
+    """The parent starts one tracker sub-agent in the foreground, then calls track_parcel twice itself and
+    answers; the tracker calls track_parcel in every response, forever."""
+    if TRACKER in json.dumps(request.get("system")):
+        return call("track_parcel")
+    step = steps(request, "Where is FR-7731?")
+    if step == 0:
+        arguments = {"description": "track", "prompt": "Track FR-7731", "subagent_type": "tracker"}
+        return [tool_use("Agent", {**arguments, "run_in_background": False})]
+    return call("track_parcel") if step < 3 else "done"
+
+
+async def test_a_stopped_sub_agent_ends_alone_and_its_parent_counts_apart(tmp_path: Path) -> None:
+    parcels = carrier()
+    guard = RepeatGuardHooks(**SEED_004)
+    with FakeMessagesAPI(parent_then_tracker) as api:
+        (turn,) = await converse(
+            guard,
+            api,
+            tmp_path,
+            ["Where is FR-7731?"],
+            mcp_servers={"parcels": parcels.server},
+            allowed_tools=[*allowed("track_parcel"), "Agent"],
+            tools=["Agent"],
+            agents={  # maxTurns: a guard that fails to stop it fails this test rather than hanging it
+                "tracker": AgentDefinition(description="Tracks a parcel.", prompt=TRACKER, tools=[TRACK], maxTurns=10)
+            },
+        )
+    requests = api.model_requests()
+    tracker = [request for request in requests if TRACKER in json.dumps(request.get("system"))]
+    parent = [request for request in requests if request not in tracker]
+
+    # The sub-agent: two runs, then refusals (true: it did call twice), and its 3rd refusal ends it: no 6th
+    # model call of it.
+    assert [tool_results(request) for request in tracker] == [[], [TRACKED], [TRACKED], [REFUSAL], [REFUSAL]]
+    (started,) = [message for message in turn.messages if isinstance(message, TaskStartedMessage)]
+    agent_results = [
+        result_text(block.content)
+        for message in turn.messages
+        if isinstance(message, UserMessage) and message.parent_tool_use_id == started.tool_use_id
+        for block in message.content
+        if not isinstance(block, str) and hasattr(block, "tool_use_id")
+    ]
+    assert agent_results == [TRACKED, TRACKED, REFUSAL, REFUSAL, REFUSAL]
+    stop = await stop_of(guard, turn.result, agent_id=started.task_id)
+    assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS and stop.message == STOPPED
+
+    # The parent reads the sub-agent's result as Claude Code hands it back, then calls track_parcel twice: both
+    # run (the sub-agent's calls are not the parent's), and its turn ends with its own answer.
+    assert "agentId: " + started.task_id in tool_results(parent[1])[0]
+    assert [tool_results(request) for request in parent[2:]] == [[TRACKED], [TRACKED]]
+    assert parcels.count("track_parcel") == 4
+    assert (turn.result.terminal_reason, turn.result.result) == ("completed", "done")
+    assert await stop_of(guard, turn.result) is None
+    parent_calls = [
+        block.name
+        for message in turn.messages
+        if isinstance(message, AssistantMessage) and message.parent_tool_use_id is None
+        for block in message.content
+        if isinstance(block, ToolUseBlock)
+    ]
+    assert parent_calls == ["Agent", TRACK, TRACK]
+
+    # Each keeps its own state in the guard's store: the parent's turn saw no refusal.
+    state = await read_state(guard, turn.result)
+    assert state is not None and state.turn.stop is None and state.turn.refused_responses == 0
+    assert state.turn.model_calls == 2  # counted at the next response's first call: not the answer
+    agent_state = await read_state(guard, turn.result, agent_id=started.task_id)
+    assert agent_state is not None and agent_state.turn.id == started.task_id
+    assert agent_state.turn.model_calls == 5
