@@ -7,12 +7,18 @@ returns the scripted result, or raises ``ToolFailed``), replaces the model at th
 one that answers from the script, runs each turn through the SDK's real loop, and reports what happened
 (``TurnOutcome``). ``check`` then compares it with what the scenario expects::
 
-    from repeat_hooks.testing import SCENARIOS, check
+    from repeat_hooks.testing import SCENARIOS, ToolBox, check
 
-    @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+    UNSUPPORTED = {"isolated_branches_count_apart": "my SDK has no sub-agents (file:line of the SDK fact)"}
+
+    @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s.name not in UNSUPPORTED], ids=lambda s: s.name)
     def test_conformance(scenario):
         box = ToolBox(scenario)
         check(scenario, box, MyDriver().run(scenario, box))
+
+``UNSUPPORTED`` (by convention a module-level ``dict`` in the adapter's ``testing.py``, scenario name to the SDK
+fact why) is the driver's own: ``check`` never reads it, and each entry should have a test of the SDK's own
+behaviour instead.
 
 The scripted model's rules, the same for every driver: in turn ``t``, its ``i``-th model call (0-based)
 answers ``turn.script[i]``; past the script it answers ``FINAL``. A ``Response`` is a text (the model's
@@ -33,11 +39,23 @@ in its ``UNSUPPORTED`` with the SDK fact why:
   scripted model's cursor going on from round to round. A stop ends the turn: no later round runs.
 - ``Scenario.branches > 1``: the turn runs the agent in ``branches`` isolated branches (a parallel agent,
   sub-agents called at once), each with its own scripted model and ``Cursor`` answering the turn's script,
-  none seeing another's results: their calls count apart (``model_calls`` is their sum).
+  none seeing another's results: their calls count apart (``model_calls`` is their sum; ``rounds`` stays 1,
+  branches are not rounds). ``final`` and ``stop`` are the last branch's, as the SDK hands the caller the last
+  word; ``seen`` is every branch's results. The ``ToolBox`` is the one world the branches share: its run
+  numbers count over all branches, as a real tool's would.
 - ``Tool.needs_approval``: the SDK's own human approval guards the tool; the driver's human is
-  ``ToolBox.ask``, which approves every call it is asked about. Asking is not running, an approved call runs
-  exactly once, a call the guard refused is never asked about, and the approval round goes on with the
-  turn's counts.
+  ``ToolBox.ask``, which approves every call it is asked about (``Tool.rejects``: rejects every one, and the
+  driver hands the SDK the rejection). Asking is not running, an approved call runs exactly once, a call the
+  guard refused is never asked about, a rejected call counts toward its repeats, and the approval round goes
+  on with the turn's counts.
+
+``check(..., stop_lag=N)`` is for an SDK with no hook before a model call: the stop lands at the next
+response's first tool call, so that response's model call is the ``N`` extra one counted in ``model_calls``
+(a ``Mapping`` gives ``N`` per stop reason; a reason not named: 0). That response's calls must not run, and
+what they return must not read as a refusal (``Expect.refusals`` counts texts starting ``REFUSED`` only): hand
+them the stop's message, as the Claude Agent SDK adapter does.
+``TurnOutcome.stop_messages`` counts what reached the caller: final answers, and the messages or events the
+SDK hands the caller as the turn's result, not partial stream chunks of one message.
 
 Make the kit tools yield to the event loop where the SDK runs tools as tasks (an ``await asyncio.sleep(0)``
 before ``ToolBox.run``): ``parallel_calls_are_one_batch`` then catches an adapter that decides each call
