@@ -1,5 +1,6 @@
-"""Confirmation and long-running tools on ADK's real Runner: asking is not running, an approved call runs,
-a long-running call is counted once, when it is issued."""
+"""Confirmation and long-running tools on ADK's real Runner: asking is not running, an approved call runs, a
+rejected call counts as rejected (its retry past the limit is refused without asking), a long-running call is
+counted once, when it is issued."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from google.genai import types
 from repeat_hooks_google_adk import RepeatGuardPlugin, read_state
 from repeat_hooks_google_adk.testing import ScriptedLlm, function_call
 
-from repeat_hooks import Policy
+from repeat_hooks import Policy, RefusalKind
 
 from .conftest import USER, Turn, new_session, run_turn, runner_for
 
@@ -91,8 +92,8 @@ async def test_request_confirmation_inside_the_tool_then_the_approved_call_runs(
     assert read_state(session).turn.refusals == 0
 
 
-async def test_asking_twice_in_one_turn_is_not_two_runs() -> None:
-    """The model asks, the user says no, the model asks again in the next turn: both asks run the gate."""
+def asked_twice(limit: int) -> tuple[list[str], ScriptedLlm, Any]:
+    """A shop whose ``place_order`` asks for confirmation; the model asks for the same order twice."""
     orders: list[str] = []
 
     def place_order(item: str) -> dict[str, str]:
@@ -105,13 +106,37 @@ async def test_asking_twice_in_one_turn_is_not_two_runs() -> None:
         [function_call("place_order", ORDER, "o2")],
         then=lambda model, request: "Ordered.",
     )
-    plugin = RepeatGuardPlugin(Policy(limits={"place_order": 1}))
-    runner = runner_for(order_agent(FunctionTool(place_order, require_confirmation=True), model), plugin)
+    plugin = RepeatGuardPlugin(Policy(limits={"place_order": limit}))
+    return orders, model, runner_for(order_agent(FunctionTool(place_order, require_confirmation=True), model), plugin)
+
+
+async def test_a_rejected_call_counts_and_its_retry_past_the_limit_is_refused_without_asking() -> None:
+    """The model asks, the user says no, the model asks again: the rejection counted (``limits`` 1), so the
+    retry is refused (``RefusalKind.REJECTED``) before anyone is asked."""
+    orders, model, runner = asked_twice(limit=1)
+    session_id = await new_session(runner)
+
+    first = await run_turn(runner, session_id, "Order a parcel box")
+    rejected = await approve(runner, session_id, confirmation_call(first), confirmed=False)
+
+    assert orders == []
+    assert not [call for event in rejected.events for call in event.get_function_calls() if call.name == CONFIRMATION]
+    (refused,) = [r for r in rejected.tool_responses if "Refused" in str(r)]
+    assert "was already rejected once before it ran" in refused["error"]
+    assert rejected.final_text == "Ordered." and model.calls == 3
+    session = await runner.session_service.get_session(app_name=runner.app_name, user_id=USER, session_id=session_id)
+    assert session is not None
+    assert [event.refusal for event in read_state(session).events] == [RefusalKind.REJECTED]
+
+
+async def test_a_retry_after_a_rejection_within_the_limit_is_asked_and_runs_once() -> None:
+    orders, _, runner = asked_twice(limit=2)
     session_id = await new_session(runner)
 
     first = await run_turn(runner, session_id, "Order a parcel box")
     rejected = await approve(runner, session_id, confirmation_call(first), confirmed=False)
     second = await approve(runner, session_id, confirmation_call(rejected))  # the model asked again
+
     assert orders == ["parcel box"]
     assert not any("Refused" in str(r) for r in second.tool_responses)
 

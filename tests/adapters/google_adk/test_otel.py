@@ -4,10 +4,12 @@ ADK traces through the process's global tracer provider, which can be set once: 
 sets an SDK ``TracerProvider`` if none is set yet (or takes the one set), and adds this module's in-memory
 exporter to it. The guard decides a model response's calls as a batch, before any of them runs, in
 the OpenTelemetry context of the model call that produced it: the refusal event lands on that model call's
-span (ADK 2.11: ``call_llm``; 2.13 has none: the agent's ``invoke_agent``, which covers its model calls) and
-names its call by ``gen_ai.tool.call.id``, as ADK's ``execute_tool`` span of that call does; the stop lands
+span (ADK 2.11: ``call_llm``; 2.13 has none by default, schema v2: the agent's ``invoke_agent``, which covers
+its model calls; with ``ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1``, ``call_llm`` again) and names its call by
+``gen_ai.tool.call.id``, as ADK's ``execute_tool`` span of that call does; the stop lands
 on the span of the model call it skips. Both carry the session id as ``gen_ai.conversation.id`` and the
-agent's name.
+agent's name. ADK's ``generate_content`` span cannot hold them: it is current only inside the model's own
+stream, and ends before any plugin callback receives the response.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 from google.adk.agents import LlmAgent
+from google.genai import types
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from repeat_hooks_google_adk import Policy, RepeatGuardPlugin
@@ -133,3 +136,57 @@ async def test_uninstrumented_adk_traces_as_before_and_the_guard_adds_nothing(
     assert len([span for span in spans if span.name == "execute_tool track_parcel"]) == 5
     assert holding(spans, REFUSAL_EVENT) == holding(spans, STOP_EVENT) == []
     assert not [span for span in spans if span.name.startswith("repeat_hooks")]
+
+
+class FinishingLlm(ScriptedLlm):
+    """A ``ScriptedLlm`` whose responses report why generation stopped (``finish_reason``), as Gemini's do."""
+
+    async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+        async for response in super().generate_content_async(llm_request, stream):
+            response.finish_reason = types.FinishReason.STOP
+            yield response
+
+
+async def test_adks_generate_content_span_has_ended_before_the_guard_sees_the_response(
+    telemetry: tuple[InMemorySpanExporter, InMemoryMetricReader], carrier: Carrier
+) -> None:
+    """Why the refusals are not on ``generate_content``: ADK opens that span after ``before_model_callback``,
+    makes it current only inside the model's own stream, and ends it at the response reporting a finish reason,
+    before any plugin callback receives the response (2.11 and 2.13 alike; 2.11 also has ``call_llm``)."""
+    exporter, _ = telemetry
+    model = FinishingLlm(then=keep_calling("track_parcel", {"tracking_number": PARCEL}))
+    runner = _parcel_runner(model, carrier)
+
+    turn = await run_turn(runner, await new_session(runner), "Keep checking the parcel")
+
+    assert turn.final_text.startswith("I stopped") and model.calls == 5
+    spans = list(exporter.get_finished_spans())
+    inferences = sorted((s for s in spans if s.name == "generate_content scripted"), key=lambda s: s.start_time or 0)
+    assert len(inferences) == 5
+    refusals = [(span, event) for span in spans for event in span.events if event.name == REFUSAL_EVENT]
+    assert len(refusals) == 3 and not [span for span, _ in refusals if span.name.startswith("generate_content")]
+    for inference, (_, refusal) in zip(inferences[2:], refusals, strict=True):
+        assert inference.end_time is not None and inference.end_time <= refusal.timestamp
+
+
+async def test_adk_2_13_puts_the_refusals_on_call_llm_with_the_legacy_schema_opt_in(
+    telemetry: tuple[InMemorySpanExporter, InMemoryMetricReader], carrier: Carrier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1`` (ADK 2.13's schema v1) keeps a ``call_llm`` span per model
+    call, current in the plugin's model callbacks: each refusal lands on the one whose response asked for the
+    call, and the stop on the one it skipped, as in ADK 2.11 (which always has it)."""
+    monkeypatch.setenv("ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN", "1")
+    exporter, _ = telemetry
+    model = FinishingLlm(then=keep_calling("track_parcel", {"tracking_number": PARCEL}))
+    runner = _parcel_runner(model, carrier)
+
+    await run_turn(runner, await new_session(runner), "Keep checking the parcel")
+
+    spans = list(exporter.get_finished_spans())
+    model_calls = sorted((span for span in spans if span.name == "call_llm"), key=lambda span: span.start_time or 0)
+    assert len(model_calls) == 6
+    refusals = holding(spans, REFUSAL_EVENT)
+    assert [holder for holder, _ in refusals] == model_calls[2:5]
+    assert [attributes["gen_ai.tool.call.id"] for _, attributes in refusals] == ["call_3", "call_4", "call_5"]
+    ((stopped_on, _),) = holding(spans, STOP_EVENT)
+    assert stopped_on is model_calls[5]

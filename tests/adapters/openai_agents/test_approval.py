@@ -1,7 +1,8 @@
 """Human in the loop: a turn paused for approval, saved, and resumed elsewhere keeps its counts (issue 18).
 
-An approved call runs once; a call a human rejected did not run and does not count; a call the guard refused
-with its batch is never put to a human. Resumes run in a fresh process from the saved ``RunState`` alone.
+An approved call runs once; a call a human rejected did not run but counts as a rejected call (the same call
+rejected ``max_calls`` times is refused without asking anyone again); a call the guard refused with its batch
+is never put to a human. Resumes run in a fresh process from the saved ``RunState`` alone.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from agents import Agent, Runner, RunState, Tool, function_tool
 from agents.run_config import RunConfig, ToolExecutionConfig
 from repeat_hooks_openai_agents import GuardState, context_deserializer, context_serializer, guard_agent
 from repeat_hooks_openai_agents.testing import ScriptedModel, keep_calling, message, tool_call
+
+from repeat_hooks import RefusalKind
 
 from .approval_child import refund_agent, scripted
 
@@ -203,11 +206,11 @@ def resume(tmp_path: Path, saved: Path, decision: str, replies: list[dict[str, A
     return report
 
 
-async def test_a_rejected_call_does_not_count_an_approved_one_runs_once_a_refused_one_is_never_asked(
+async def test_a_rejected_call_counts_an_approved_one_runs_once_a_refused_one_is_never_asked(
     tmp_path: Path,
 ) -> None:
-    # One refund per order and turn. The human rejects the first refund, approves the second; the model then
-    # asks a third time. Each resume runs in a fresh process, from the saved RunState alone.
+    # One refund per order and turn. The same paused refund, resumed twice from its saved RunState, each time
+    # in a fresh process: once rejected, once approved; either way the model then asks for it again.
     refunds: list[str] = []
     agent = refund_agent(scripted([{"call": ["c1", "A1"]}]), refunds)
     guard = GuardState()
@@ -216,23 +219,26 @@ async def test_a_rejected_call_does_not_count_an_approved_one_runs_once_a_refuse
     first = tmp_path / "paused-1.json"
     first.write_text(json.dumps(paused.to_state().to_json(context_serializer=context_serializer)))
 
-    # 1. Rejected: c1 never ran and is withdrawn, so the model's retry (c2) is the turn's first refund: it is
-    #    asked about, not refused. (Counted, the rejected call used up the turn's one refund.)
-    rejected = resume(tmp_path, first, "reject", [{"call": ["c2", "A1"]}], tmp_path / "paused-2.json")
+    # 1. Rejected: c1 never ran, but it counts (per turn, as the call it was): the model's retry (c2) is refused
+    #    with its batch and never put to the human; the model reads the refusal and answers.
+    replies = [{"call": ["c2", "A1"]}, {"text": "I could not refund A1."}]
+    rejected = resume(tmp_path, first, "reject", replies, tmp_path / "paused-2.json")
     assert rejected["decided"] == ["c1"] and rejected["refunds"] == []
     assert rejected["read"][0]["c1"] != "refunded A1"  # the model read the SDK's rejection text
-    assert rejected["asked"] == ["c2"]
-    assert rejected["counts"] == [1] and rejected["refusals"] == 0
+    assert rejected["asked"] == []  # c2 was never put to the human
+    assert rejected["read"][1]["c2"].startswith("Refused: you already called send_refund")
+    assert rejected["final"] == "I could not refund A1." and rejected["model_calls"] == 2
+    assert rejected["counts"] == [2] and rejected["refusals"] == 1
     assert rejected["turn_id"] == guard.turn.id  # the same turn goes on
 
-    # 2. Approved: c2 runs, once. The model asks again (c3): the guard refuses it with its batch, and the SDK
+    # 2. Approved: c1 runs, once. The model asks again (c2): the guard refuses it with its batch, and the SDK
     #    never asks the human about it; the model reads the refusal and answers.
-    replies = [{"call": ["c3", "A1"]}, {"text": "Refund sent for A1."}]
-    approved = resume(tmp_path, tmp_path / "paused-2.json", "approve", replies, tmp_path / "paused-3.json")
-    assert approved["decided"] == ["c2"] and approved["refunds"] == ["A1"]
-    assert approved["read"][0]["c2"] == "refunded A1"
-    assert approved["asked"] == []  # c3 was never put to the human
-    assert approved["read"][1]["c3"].startswith("Refused: you already called send_refund")
+    replies = [{"call": ["c2", "A1"]}, {"text": "Refund sent for A1."}]
+    approved = resume(tmp_path, first, "approve", replies, tmp_path / "paused-3.json")
+    assert approved["decided"] == ["c1"] and approved["refunds"] == ["A1"]
+    assert approved["read"][0]["c1"] == "refunded A1"
+    assert approved["asked"] == []  # c2 was never put to the human
+    assert approved["read"][1]["c2"].startswith("Refused: you already called send_refund")
     assert approved["final"] == "Refund sent for A1." and approved["model_calls"] == 2
     assert approved["counts"] == [2] and approved["refusals"] == 1
     assert approved["turn_id"] == guard.turn.id
@@ -263,7 +269,7 @@ async def test_a_call_the_guard_refused_with_its_batch_is_never_asked_about(pre_
     assert guard.turn.refusals == 1
 
 
-async def test_a_call_rejected_in_the_same_process_is_withdrawn_too() -> None:
+async def test_a_call_rejected_in_the_same_process_counts_too() -> None:
     refunds: list[str] = []
     model = scripted([{"call": ["c1", "A1"]}, {"call": ["c2", "A1"]}, {"text": "Done."}])
     agent = refund_agent(model, refunds)
@@ -272,14 +278,48 @@ async def test_a_call_rejected_in_the_same_process_is_withdrawn_too() -> None:
     paused = await Runner.run(agent, "Refund order A1", context=guard)
     state = paused.to_state()
     state.reject(state.get_interruptions()[0])
-    again = await Runner.run(agent, state)
-    assert [item.call_id for item in again.interruptions] == ["c2"]  # the retry is asked about, not refused
-    assert list(guard.turn.counts.values()) == [1] and guard.turn.refusals == 0
-
-    state = again.to_state()
-    state.approve(state.get_interruptions()[0])
     done = await Runner.run(agent, state)
-    assert refunds == ["A1"] and done.final_output == "Done."
+
+    assert done.interruptions == []  # the retry (c2) was refused with its batch, not asked about
+    assert model.outputs_received(2)["c2"].startswith("Refused: you already called send_refund")
+    assert refunds == [] and done.final_output == "Done."
+    assert list(guard.turn.counts.values()) == [2] and guard.turn.refusals == 1
+
+
+async def test_a_model_asking_again_for_a_rejected_call_is_refused_without_asking_after_max_calls() -> None:
+    """Before, a rejected call did not count: a model that kept asking for it was put to the human forever."""
+    refunds: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def send_refund(order: str) -> str:
+        """Refund an order (a human approves each refund)."""
+        refunds.append(order)
+        return f"refunded {order}"
+
+    model = ScriptedModel(then=keep_calling("send_refund", {"order": "A1"}))
+    agent = guard_agent(Agent(name="refunds", model=model, tools=[send_refund]), max_calls=2, max_refusals=3)
+    guard = GuardState()
+
+    result = await Runner.run(agent, "Refund order A1", context=guard)
+    asked: list[str] = []
+    while result.interruptions and len(asked) < 10:
+        state = result.to_state()
+        for item in state.get_interruptions():
+            asked.append(str(item.call_id))
+            state.reject(item)
+        result = await Runner.run(agent, state)
+
+    assert asked == ["call_1", "call_2"]  # asked max_calls times, never again
+    assert refunds == []
+    read = model.outputs_received(model.calls - 1)
+    assert [read[f"call_{n}"] for n in (1, 2)] == ["Tool execution was not approved."] * 2  # the SDK's text
+    assert all(
+        read[f"call_{n}"].startswith("Refused: send_refund with these exact arguments was already rejected 2 times")
+        for n in (3, 4)
+    )
+    assert [event.refusal for event in guard.events if event.kind == "refusal"] == [RefusalKind.REJECTED] * 3
+    assert result.final_output == STOPPED.replace("track_parcel", "send_refund")
+    assert model.calls == 5
 
 
 async def test_your_own_needs_approval_callable_is_still_asked_for_the_calls_the_guard_lets_through() -> None:

@@ -16,8 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, AgentHooks, Runner, RunState, function_tool
+from agents import (
+    Agent,
+    AgentHooks,
+    CodeInterpreterTool,
+    FileSearchTool,
+    Runner,
+    RunState,
+    ShellTool,
+    WebSearchTool,
+    function_tool,
+)
 from agents.mcp import MCPServerStdio
+from openai.types.responses import ResponseFunctionWebSearch
+from openai.types.responses.response_function_web_search import ActionSearch
 from repeat_hooks_openai_agents import (
     GuardSetupError,
     GuardState,
@@ -163,6 +175,66 @@ async def test_a_tool_name_of_a_handoff_target_or_an_mcp_server_is_known(carrier
         result = await Runner.run(agent, "Which hubs?", context=GuardState())
 
     assert result.final_output == "Lyon and Paris."
+
+
+def _web_search(n: int, model: Any) -> list[Any]:
+    """A response holding one hosted web search call (it ran at OpenAI: the SDK only reports it)."""
+    action = ActionSearch(type="search", query="FR-7731")
+    return [ResponseFunctionWebSearch(id=f"ws_{n}", status="completed", type="web_search_call", action=action)]
+
+
+HOSTED: dict[str, Any] = {
+    "web_search": WebSearchTool(),
+    "file_search": FileSearchTool(vector_store_ids=["vs_parcels"]),
+    "code_interpreter": CodeInterpreterTool(tool_config={"type": "code_interpreter", "container": {"type": "auto"}}),
+}
+
+
+@pytest.mark.parametrize("setting", ["limits", "exempt", "read_only", "destructive"])
+@pytest.mark.parametrize("name", HOSTED)
+async def test_a_policy_naming_a_hosted_tool_fails_at_guard_agent(carrier: Any, name: str, setting: str) -> None:
+    """Hosted tools run on OpenAI's servers: no guardrail sees their calls, so a limit on one would never hold."""
+    model = ScriptedModel(_web_search, _web_search, _web_search, _web_search, [message("Searched.")])
+    value: Any = {name: 0} if setting == "limits" else {name}
+
+    with pytest.raises(GuardSetupError) as raised:
+        agent = guard_agent(
+            Agent(name="researcher", model=model, tools=[carrier.tool, HOSTED[name]]), **{setting: value}
+        )
+        await Runner.run(agent, "Where is FR-7731?", context=GuardState())
+
+    text = str(raised.value)
+    assert f"Policy({setting}=...) names {name!r}, a hosted tool" in text
+    assert "run on OpenAI's servers" in text and "can neither count nor refuse" in text
+    assert "max_tool_calls" in text and "@function_tool" in text  # what to do instead
+    assert model.calls == 0  # before the fix: four searches ran, none refused
+
+
+async def test_a_hosted_tool_fails_with_check_tools_false_and_passes_when_the_policy_does_not_name_it(
+    carrier: Any,
+) -> None:
+    with pytest.raises(GuardSetupError, match=r"names 'web_search', a hosted tool"):
+        guard_agent(Agent(name="researcher", tools=[WebSearchTool()]), limits={"web_search": 1}, check_tools=False)
+
+    model = ScriptedModel(_web_search, [tool_call("track_parcel", ARGS, "c1")], [message("In transit.")])
+    agent = guard_agent(
+        Agent(name="researcher", model=model, tools=[WebSearchTool(), carrier.tool]), limits={"track_parcel": 1}
+    )
+    result = await Runner.run(agent, "Where is FR-7731?", context=GuardState())
+    assert result.final_output == "In transit." and carrier.calls == ["FR-7731"]
+
+
+async def test_a_policy_naming_a_local_tool_without_guardrails_fails_at_guard_agent(carrier: Any) -> None:
+    """Shell, apply_patch, computer and custom tools run here, but the SDK gives them no tool guardrails."""
+
+    def run_shell(request: Any) -> str:
+        return "ok"
+
+    shell = ShellTool(executor=run_shell)
+    with pytest.raises(GuardSetupError) as raised:
+        guard_agent(Agent(name="operator", tools=[carrier.tool, shell]), destructive={"shell"})
+    text = str(raised.value)
+    assert "names 'shell', a ShellTool" in text and "no tool guardrails" in text and "needs_approval" in text
 
 
 # -- one state, two concurrent runs ---------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from repeat_hooks_pydantic_ai import RepeatGuard, RepeatGuardStopped, refusals_o
 from repeat_hooks_pydantic_ai.state import TURN_KEY
 from repeat_hooks_pydantic_ai.testing import ScriptedModel, answer, keep_calling, steps
 
-from repeat_hooks import Policy, StopReason
+from repeat_hooks import Policy, RefusalKind, StopReason
 
 PARCEL = {"parcel_id": "FR-7731"}
 REFUND = ("refund", {"order": "A-1"})
@@ -121,15 +121,31 @@ async def test_a_refused_call_is_decided_before_anyone_is_asked() -> None:
     assert returns[0] == "A-1 refunded" and returns[1].startswith("Refused")
 
 
-async def test_a_denied_call_never_ran_and_is_taken_back_out_of_its_count() -> None:
-    """Denied, the refund never ran: when the model asks again, it is asked about again (not refused)."""
+async def test_a_denied_call_never_ran_but_counts_as_rejected() -> None:
+    """Denied, the refund never ran, but it counts toward its repeats: with ``max_calls=1`` the model's retry of
+    the same refund is refused (``RefusalKind.REJECTED``) without asking the person again."""
     refunds = Refunds()
-    agent, _ = refunds.agent(steps([REFUND], [REFUND], "Done."), Policy(max_calls=1))
+    agent, model = refunds.agent(steps([REFUND], [REFUND], "Done."), Policy(max_calls=1))
     first = await agent.run("Refund A-1")
     assert isinstance(first.output, DeferredToolRequests)
     denied = DeferredToolResults(approvals={"call_0_0": ToolDenied("Not this one.")})
     second = await agent.run(message_history=first.all_messages(), deferred_tool_results=denied)
-    assert isinstance(second.output, DeferredToolRequests)  # asked again: the denied call did not count
+    assert second.output == "Done."  # the retry was not put to the person
+    assert refunds.sent == []
+    assert model.tool_returns(1) == ["Not this one."]
+    (refused,) = model.tool_returns(2)
+    assert refused.startswith("Refused: refund with these exact arguments was already rejected once before it ran")
+    assert [refusal.kind for _, refusal in refusals_of(second.all_messages())] == [RefusalKind.REJECTED]
+
+
+async def test_a_denied_call_leaves_room_for_a_retry_below_max_calls() -> None:
+    """With ``max_calls=2`` the retry after one denial is asked about again and runs once approved."""
+    refunds = Refunds()
+    agent, _ = refunds.agent(steps([REFUND], [REFUND], "Done."), Policy(max_calls=2))
+    first = await agent.run("Refund A-1")
+    denied = DeferredToolResults(approvals={"call_0_0": ToolDenied("Not this one.")})
+    second = await agent.run(message_history=first.all_messages(), deferred_tool_results=denied)
+    assert isinstance(second.output, DeferredToolRequests)
     assert [call.tool_call_id for call in second.output.approvals] == ["call_1_0"]
     approved = DeferredToolResults(approvals={"call_1_0": True})
     third = await agent.run(message_history=second.all_messages(), deferred_tool_results=approved)
@@ -335,9 +351,9 @@ async def test_progress_is_rebuilt_from_the_results_the_model_read(carrier: Carr
 
 
 async def test_a_call_a_person_edits_is_decided_on_its_new_arguments() -> None:
-    """Approved with other arguments (``override_args``), the edited refund is what ran and what counts:
-    the model's later refund of the same order is refused without asking, and its original order's count
-    is given back."""
+    """Approved with other arguments (``override_args``), the edited refund is what ran and what counts: the
+    model's later refund of the same order is refused without asking; the original call, which the person
+    edited away, did not run but counts as rejected (``Policy.withdraw_tool_call``), so it is refused too."""
     refunds = Refunds()
     script = steps([REFUND], [("refund", {"order": "B-2"})], [REFUND], "Done.")
     agent, model = refunds.agent(script, Policy(max_calls=1, count="per_turn"))
@@ -345,16 +361,11 @@ async def test_a_call_a_person_edits_is_decided_on_its_new_arguments() -> None:
     assert isinstance(first.output, DeferredToolRequests)
     edited = DeferredToolResults(approvals={"call_0_0": ToolApproved(override_args={"order": "B-2"})})
     second = await agent.run(message_history=first.all_messages(), deferred_tool_results=edited)
-    # B-2 again: refused, not asked about. A-1 (whose call was edited away) is asked about.
-    assert isinstance(second.output, DeferredToolRequests)
-    assert [call.tool_call_id for call in second.output.approvals] == ["call_2_0"]
+    # B-2 again, then A-1 again: both refused, neither asked about.
+    assert second.output == "Done."
     assert refunds.sent == ["B-2"]
-    assert model.tool_returns(1) == ["B-2 refunded"] and model.tool_returns(2)[0].startswith("Refused")
-    # The next resume rebuilds the turn with the edit (marked in the return's metadata): A-1, approved, runs.
-    approved = DeferredToolResults(approvals={"call_2_0": True})
-    third = await agent.run(message_history=second.all_messages(), deferred_tool_results=approved)
-    assert third.output == "Done."
-    assert refunds.sent == ["B-2", "A-1"]
+    assert model.tool_returns(1) == ["B-2 refunded"]
+    assert model.tool_returns(2)[0].startswith("Refused") and model.tool_returns(3)[0].startswith("Refused")
 
 
 async def test_a_streamed_turn_is_found_though_its_final_response_is_not_stamped(carrier: Carrier) -> None:

@@ -37,7 +37,9 @@ Which callback does what:
   response (``Refused({"error": <refusal text>})``, a ``dict`` marked for your callbacks: ``refusal_of``).
 - ``after_tool_callback`` / ``on_tool_error_callback``: the outcome and the result as the model reads
   it (``calls.model_view``), for the error and progress rules. A call that only asked for confirmation
-  did not run: it is taken back out of its count (``Policy.withdraw_tool_call``).
+  did not run: nothing is recorded until the human answers. Approved, it runs as the call its batch
+  decided and counted; rejected, it is withdrawn (``Policy.withdraw_tool_call``): it counts as a rejected
+  call, so the same call rejected ``max_calls`` times is refused without asking again.
 - ``before_run_callback``: checks the setup once per invocation (see ``RepeatGuardPlugin``).
 """
 
@@ -140,8 +142,10 @@ def _traced_context() -> Context | None:
 def _traced_in(context: Context | None) -> Iterator[None]:
     """Within the block, ``context`` (a model call's, from ``_traced_context``) is the current OpenTelemetry
     context. ADK hands the plugin a model response's event in the invocation's context, where the model call's
-    span (``call_llm``; in ADK 2.13 the agent's ``invoke_agent``, which covers its model calls) is not current:
-    deciding the response's calls in the model call's context puts the observers' refusal events on that span."""
+    span (``call_llm``; in ADK 2.13, which opens none by default, the agent's ``invoke_agent``, which covers its
+    model calls) is not current: deciding the response's calls in the model call's context puts the observers'
+    refusal events on that span. (ADK's ``generate_content`` span is current only inside the model's stream and
+    ends before any plugin callback receives the response: no decision can land on it.)"""
     if context is None:
         yield
         return
@@ -565,16 +569,26 @@ class RepeatGuardPlugin(BasePlugin):
         other call (one ADK replays when an invocation resumes, or runs once a confirmation came) is
         decided here."""
         decided = self._claim(tool_context, tool.name, tool_args)
+        confirmation = tool_context.tool_confirmation
         if decided is not None:
             call, refusal, scope = decided.call, decided.refusal, decided.scope
+        elif confirmation is not None:
+            # The human's answer to a call that asked: that call was decided and counted with its batch. Approved,
+            # it runs now (its outcome is recorded after it); rejected, it is withdrawn: it counts as a rejected
+            # call (the same call rejected max_calls times is refused, RefusalKind.REJECTED, without asking).
+            scope = self.scope_of(tool_context._invocation_context)
+            call = tool_call(tool, tool_args, tool_context.function_call_id)
+            answered = _Call(call=call, refused=False, scope=scope, settled=not confirmation.confirmed)
+            self._calls[tool_context] = answered
+            if not confirmation.confirmed:
+                state = self._load(tool_context, scope.key)
+                self.policy.withdraw_tool_call(state, call, turn_id=scope.turn_id)
+                self._states.write(tool_context, state, scope.key)
+            _enclosing_turn.set(self.turn_of(tool_context.invocation_id))
+            return None
         else:
             scope = self.scope_of(tool_context._invocation_context)
-            call_id = tool_context.function_call_id
-            if tool_context.tool_confirmation is not None and tool_context.tool_confirmation.confirmed:
-                # Its ask was taken back out of the count: the run a human approved is decided and counted
-                # afresh (under its own id, not as a replay of the ask's decision).
-                call_id = f"{call_id}#confirmed"
-            call = tool_call(tool, tool_args, call_id)
+            call = tool_call(tool, tool_args, tool_context.function_call_id)
             state = self._load(tool_context, scope.key)
             refusal = self.policy.decide_tool_call(state, call, turn_id=scope.turn_id)
             if refusal is not None or isinstance(tool, AgentTool):
@@ -599,10 +613,12 @@ class RepeatGuardPlugin(BasePlugin):
         dict; for an MCP tool without its ``meta``). A failure is an MCP result with ``isError: true``,
         ``ReflectAndRetryToolPlugin``'s answer to a failed call, or a response ``is_failure`` says is one.
         A call that asked for confirmation (``require_confirmation``, ``tool_context.request_confirmation``)
-        is taken back out of its count: asking is not running. Returns ``None``: the response is left as
-        it is."""
+        records nothing: asking is not running; the human's answer settles it (``before_tool_callback``).
+        Returns ``None``: the response is left as it is."""
         if tool_context.function_call_id in tool_context.actions.requested_tool_confirmations:
-            self._withdraw(tool_context)
+            asked = self._calls.get(tool_context)
+            if asked is not None:
+                asked.settled = True  # its outcome comes with the run a human approves
             return None
         if not self._records_outcomes:
             return None  # the policy uses no outcome (count="per_turn", no failure rule)
@@ -656,15 +672,6 @@ class RepeatGuardPlugin(BasePlugin):
         call.settled = True
         state = self._load(tool_context, call.scope.key)
         self.policy.record_tool_result(state, call.call, ok=ok, result=result, turn_id=call.scope.turn_id)
-        self._states.write(tool_context, state, call.scope.key)
-
-    def _withdraw(self, tool_context: ToolContext) -> None:
-        call = self._calls.get(tool_context)
-        if call is None or call.refused or call.settled:
-            return
-        call.settled = True
-        state = self._load(tool_context, call.scope.key)
-        self.policy.withdraw_tool_call(state, call.call, turn_id=call.scope.turn_id)
         self._states.write(tool_context, state, call.scope.key)
 
 

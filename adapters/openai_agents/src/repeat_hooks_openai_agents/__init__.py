@@ -16,7 +16,8 @@ decide each response's calls as a batch; a tool input guardrail hands each call 
 guardrail records its outcome, and the agent's ``tool_use_behavior`` ends the turn with the guard's
 message (or raises ``RepeatGuardStopped`` for a structured ``output_type``, or with ``on_stop="raise"``).
 Save a paused run with ``RunState.to_json(context_serializer=context_serializer)``: the resumed run, in any
-process, continues the turn; a call a human rejects does not count, and one the guard refused is never asked.
+process, continues the turn; a call a human rejects counts as rejected (the same call rejected ``max_calls``
+times is refused without asking again), and one the guard refused is never asked.
 """
 
 from repeat_hooks import GuardState, Policy, Stop, StopReason, TokenPrices

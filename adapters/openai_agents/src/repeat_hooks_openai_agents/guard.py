@@ -18,7 +18,8 @@ every agent it can hand off to, on which the guard sits at these points of the S
   of function tools: a stop ends the run with no further model call, with ``final_output = stop.message``
   (a text agent) or by raising ``RepeatGuardStopped`` (a structured ``output_type``, or ``on_stop="raise"``).
 - **human approval**: ``AskUnlessRefused``, the guarded tools' ``needs_approval``: a call the guard refused
-  with its batch is never put to a human; ``EndTurn`` withdraws a call a human rejected from its count.
+  with its batch is never put to a human; ``EndTurn`` withdraws a call a human rejected: it counts as a rejected
+  call (the same call rejected ``max_calls`` times is refused, ``RefusalKind.REJECTED``, without asking).
 
 The clone keeps no counts: they live in each run's context (a ``GuardState``, see ``state``), so one
 guarded agent serves concurrent conversations. Your own tools, guardrails, hooks and
@@ -29,8 +30,9 @@ guard's stop.
 Out of reach: hosted tools (web search, file search, code interpreter, hosted MCP, image generation) run
 at OpenAI and never pass through a guardrail; shell, apply_patch, computer and custom tools have no
 input guardrails (use their ``needs_approval`` / ``on_approval``). They are left as they are and not
-counted. An agent used as a tool (``other.as_tool()``) is guarded as a call; to guard the tools *inside*
-it, build the tool from a guarded agent: ``guard_agent(other).as_tool(...)``.
+counted; a policy naming one fails at ``guard_agent`` (``GuardSetupError``). An agent used as a tool
+(``other.as_tool()``) is guarded as a call; to guard the tools *inside* it, build the tool from a guarded
+agent: ``guard_agent(other).as_tool(...)``.
 """
 
 from __future__ import annotations
@@ -45,11 +47,16 @@ from agents import (
     Agent,
     AgentHookContext,
     AgentHooks,
+    ApplyPatchTool,
+    ComputerTool,
+    CustomTool,
     FunctionTool,
     FunctionToolResult,
     Handoff,
+    LocalShellTool,
     ModelResponse,
     RunContextWrapper,
+    ShellTool,
     Tool,
     ToolGuardrailFunctionOutput,
     ToolInputGuardrail,
@@ -141,12 +148,17 @@ def guard_agent(
     Run the clone with the conversation's state in its context: ``Runner.run(agent, input,
     context=GuardState())``. Raises ``GuardSetupError`` at once for a budget nothing feeds
     (``max_cost_usd`` without ``cost``, ``max_model_seconds`` with ``clock=None``), ``TypeError`` for a
-    policy given wrongly. Guarding a guarded agent replaces its guard (nothing is attached twice).
+    policy given wrongly, ``GuardSetupError`` at once for a policy naming a tool the guard cannot reach (a
+    hosted tool, which runs on OpenAI's servers; a shell, apply_patch, computer or custom tool, which has no
+    tool guardrails), whatever ``check_tools``. Guarding a guarded agent replaces its guard (nothing is
+    attached twice).
     """
     guard = RepeatGuardHooks(
         policy, cost=cost, clock=clock, is_failure=is_failure, on_stop=on_stop, check_tools=check_tools, **settings
     )
-    return _Guarding(guard).agent(agent)
+    guarded = _Guarding(guard).agent(agent)
+    _check_reach(guard)
+    return guarded
 
 
 class RepeatGuardHooks(AgentHooks[Any]):
@@ -293,7 +305,7 @@ class RepeatGuardHooks(AgentHooks[Any]):
         policy, graph = self.policy, self._graph
         named = set(policy.limits) | policy.exempt | policy.read_only | policy.destructive
         agents = [agent for agent in (ref() for ref in graph.agents) if agent is not None]
-        names = {tool.name for agent in agents for tool in agent.tools}
+        names = {tool.name for agent in agents for tool in agent.tools if isinstance(tool, FunctionTool)}
         if not named <= names:  # only then list the MCP servers' tools (a round trip without a tool cache)
             for agent in agents:
                 if agent.mcp_servers:
@@ -325,6 +337,44 @@ class RepeatGuardHooks(AgentHooks[Any]):
         """Fires after one of the agent's tools ran: calls your hooks' ``on_tool_end``."""
         if self.inner is not None:
             await self.inner.on_tool_end(context, agent, tool, result)
+
+
+def _check_reach(guard: RepeatGuardHooks) -> None:
+    """Raises ``GuardSetupError`` when the policy names a tool of the guarded agents that no guardrail of the
+    guard sees: its calls could be neither counted nor refused, so the setting would silently do nothing."""
+    policy = guard.policy
+    agents = [agent for agent in (ref() for ref in guard._graph.agents) if agent is not None]
+    guarded = {tool.name for agent in agents for tool in agent.tools if isinstance(tool, FunctionTool)}
+    for setting in ("limits", "exempt", "read_only", "destructive"):
+        for name in sorted(set(getattr(policy, setting)) - guarded):
+            for agent in agents:
+                for tool in agent.tools:
+                    if tool.name == name:
+                        raise GuardSetupError(_out_of_reach(setting, name, tool, agent))
+
+
+_LOCAL = (ShellTool, LocalShellTool, ApplyPatchTool, ComputerTool, CustomTool)
+"""Tools that run here without tool guardrails; every other tool that is not a ``FunctionTool`` is hosted."""
+
+
+def _out_of_reach(setting: str, name: str, tool: Tool, agent: Agent[Any]) -> str:
+    kind = type(tool).__name__
+    said = f"repeat-hooks: Policy({setting}=...) names {name!r}"
+    hosted_shell = isinstance(tool, ShellTool) and tool.environment is not None and tool.environment["type"] != "local"
+    if isinstance(tool, _LOCAL) and not hosted_shell:
+        gate = "gate its calls with its needs_approval / on_approval" if hasattr(tool, "needs_approval") else ""
+        return (
+            f"{said}, a {kind} of agent {agent.name!r}: the OpenAI Agents SDK runs it with no tool guardrails, so "
+            f"the guard can neither count nor refuse its calls. Take {name!r} out of the policy; "
+            f"{gate + ', or ' if gate else ''}bound the turn with max_model_calls=N"
+        )
+    return (
+        f"{said}, a hosted tool ({kind}) of agent {agent.name!r}: hosted tools run on OpenAI's servers and their "
+        "calls never pass through the guard, so it can neither count nor refuse them. Take "
+        f"{name!r} out of the policy; to cap the hosted tool calls of one response, set "
+        "ModelSettings(extra_args={'max_tool_calls': N}) (Responses API); to bound the turn, max_model_calls=N; "
+        "to guard the action itself, give the agent a @function_tool that does it"
+    )
 
 
 class _Graph:
@@ -489,8 +539,8 @@ class EndTurn:
 
     A call the guard refused did not run, so it never becomes the caller's output: ``"stop_on_first_tool"``
     and ``StopAtTools`` look only at the calls that ran (a callable behaviour of yours sees every result,
-    refusals included). A call a human rejected at approval did not run either: it is withdrawn from its
-    count (``Policy.withdraw_tool_call``) before the stop is decided.
+    refusals included). A call a human rejected at approval did not run either: it is withdrawn
+    (``Policy.withdraw_tool_call``: it counts as a rejected call) before the stop is decided.
     """
 
     def __init__(
@@ -533,7 +583,7 @@ class EndTurn:
         context: RunContextWrapper[Any],
         results: list[FunctionToolResult],
     ) -> None:
-        """Take the calls a human rejected at approval back out of their counts: they never ran.
+        """Withdraw the calls a human rejected at approval: they never ran, and count as rejected calls.
 
         The SDK hands a rejected call's rejection text to ``tool_use_behavior`` with the batch, and no guardrail
         runs for it. After a resume in a fresh process the run knows no batch: the call is found by its id in

@@ -273,7 +273,8 @@ class Driver:
     the kit's ``Cursor`` is (passed as ``RunConfig(model=...)``), the history carried to the next turn as the
     SDK gives it (``result.to_input_list()``, plus ``stop_items``). ``seen`` is read from the run's own items.
     A tool that needs approval is ``needs_approval=True``: a run it interrupts is resumed from its ``RunState``
-    (``result.to_state()``) with each interruption put to ``ToolBox.ask`` and approved, until none is left.
+    (``result.to_state()``) with each interruption put to ``ToolBox.ask`` and approved or rejected as it says,
+    until none is left.
     ``branches > 1``: the agent, its model on a ``Cursor`` of its own per branch, is a tool of an orchestrator
     (``agent.as_tool``) that calls it once per branch in one response (the orchestrator's model is not the
     kit's: only the branches' model calls are counted).
@@ -312,6 +313,8 @@ class Driver:
                 for item in result.interruptions:
                     if box.ask(str(item.name), json.loads(item.raw_item.arguments)["query"]):
                         run_input.approve(item)
+                    else:
+                        run_input.reject(item)
             seen = [_text(item.raw_item) for item in result.new_items if isinstance(item, ToolCallOutputItem)]
             final = str(result.final_output)
             outcomes.append(

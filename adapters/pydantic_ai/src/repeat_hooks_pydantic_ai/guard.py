@@ -10,7 +10,8 @@ hooks, in the order they fire:
 - ``before_run``: starts the turn (its id is ``ctx.run_id``), or rebuilds the continued one, and picks
   the run's clock (the durability capability's run clock, when one offers it and ``clock`` is the default).
 - ``before_model_request``: at the run's first request, checks the tool names the policy mentions
-  against the agent's tools; takes the calls a person denied back out of their counts; then asks the
+  against the agent's tools; marks the calls a person denied as rejected (``withdraw_tool_call``: they never
+  ran, and count toward their repeats); then asks the
   policy whether the turn is over: if so, the model is not called and the run ends with the stop (see
   ``state``); else the stopwatch starts.
 - ``after_model_request``: records each model attempt, with its seconds (since ``before_model_request``
@@ -96,6 +97,7 @@ from .state import (
     stamp,
     stop_response,
 )
+from .tools import registered
 
 OWNER = "RepeatGuard"
 _CONTROL_FLOW = (CallDeferred, ApprovalRequired, SkipToolExecution)
@@ -180,8 +182,9 @@ class RepeatGuard(AbstractCapability[Any]):
     function or a structured-only output raises ``RepeatGuardStopped``. ``"raise"``: always raise it."""
     check_tools: bool = True
     """At the run's first request, check the tool names of ``limits``, ``exempt``, ``read_only`` and
-    ``destructive`` against the request's tools; ``False`` for tools that join the run later (a dynamic
-    toolset that connects an MCP server mid-run)."""
+    ``destructive`` against the request's tools and the ones the agent registered (a ``prepare`` may hide
+    those at first); ``False`` for tools that join the run later (a dynamic toolset that connects an MCP
+    server mid-run)."""
 
     _state: GuardState | None = field(default=None, repr=False, compare=False)
     _stopwatch: Stopwatch | None = field(default=None, repr=False, compare=False)
@@ -325,9 +328,10 @@ class RepeatGuard(AbstractCapability[Any]):
         """Fires before each model request: lets it happen (returns ``request_context``), or ends the run.
 
         At the run's first request, a tool named in the policy's ``limits``, ``exempt``, ``read_only`` or
-        ``destructive`` that is none of the request's function tools raises ``GuardSetupError`` (tools
-        that join the run later, after its first request: ``RepeatGuard(check_tools=False)``). When the policy ends
-        the turn: with text output, raises ``SkipModelRequest`` with the stop message as the response,
+        ``destructive`` that is none of the request's function tools nor of the agent's registered ones (a
+        ``prepare`` may hide those until a later step: ``tools.registered``) raises ``GuardSetupError``
+        (tools that join the run later, after its first request: ``RepeatGuard(check_tools=False)``). When
+        the policy ends the turn: with text output, raises ``SkipModelRequest`` with the stop message as the response,
         so the run ends normally with ``result.output`` = the message; with structured output only,
         raises ``RepeatGuardStopped``.
         """
@@ -336,8 +340,9 @@ class RepeatGuard(AbstractCapability[Any]):
         known = {tool.name: tool for tool in parameters.function_tools}
         state = self._run_state(ctx, known.get)
         if self.check_tools and state.turn.responses == 0 and state.turn.stop is None:
+            names = set(known) | (registered(ctx.tool_manager.toolset) if ctx.tool_manager is not None else set())
             with _as_setup_error():
-                check_tool_names(self.policy, (tool.name for tool in parameters.function_tools), owner=OWNER)
+                check_tool_names(self.policy, names, owner=OWNER)
         self._withdraw_denied(ctx)
         stop = self.policy.decide_model_call(state, turn_id=self._turn)
         if stop is None:
@@ -502,7 +507,7 @@ class RepeatGuard(AbstractCapability[Any]):
         edited it.
 
         A call a person approved with other arguments (``ToolApproved(override_args=...)``: pydantic-ai runs
-        it with them) is not the call its batch decided: that one is taken back out of its count, and the
+        it with them) is not the call its batch decided: that one is withdrawn (it counts as rejected), and the
         edited call is decided afresh, on its new arguments (its return is marked with them, ``mark_edited``,
         for a later resume to rebuild the same).
         """
@@ -523,7 +528,8 @@ class RepeatGuard(AbstractCapability[Any]):
         self.policy.record_tool_result(self._run_state(), request, ok=ok, result=result, turn_id=self._turn)
 
     def _withdraw_denied(self, ctx: RunContext[Any]) -> None:
-        """Calls of the last batch a person denied never ran: take them back out of their counts."""
+        """Calls of the last batch a person denied never ran: withdrawn, they count as rejected calls (the same
+        call denied ``max_calls`` times is then refused, ``RefusalKind.REJECTED``, without asking again)."""
         if not self._batch or not ctx.messages:
             return
         for part in getattr(ctx.messages[-1], "parts", ()):
