@@ -380,7 +380,8 @@ class Driver:
     SDK yields (their text as ``calls.result_text`` gives it); the final text is the ``ResultMessage``'s
     ``result``; the stop through ``stop_of``. A tool that needs approval is left out of ``allowed_tools``
     (``permission_mode="default"``), so Claude Code asks the SDK's ``can_use_tool``, which puts the call to
-    ``ToolBox.ask``.
+    ``ToolBox.ask``. Branches are sub-agents (``Agent``, one per branch, all in the main agent's first
+    response), run in the foreground (``CLAUDE_CODE_DISABLE_BACKGROUND_TASKS=1``).
     """
 
     def __init__(self, *, delay: float = 0.0, **options: Any) -> None:
@@ -448,6 +449,11 @@ class Driver:
                     )
                 }
                 allowed.append("Agent")
+                # The kit's branches are sub-agents the main agent waits for. Claude Code 2.1.332 may move
+                # parallel sub-agents to the background instead ("Async agent launched successfully", a race):
+                # the main agent's turn then ends before its branches do, and their model calls land after
+                # the turn's ResultMessage. Background sub-agents still count apart (each its own agent_id).
+                extra["env"] = {"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1"}
             options = offline_options(
                 api,
                 home,
