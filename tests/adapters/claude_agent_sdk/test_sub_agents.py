@@ -7,10 +7,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cas_parcels import REFUSAL, SEED_004, STOPPED, TRACK, TRACKED, allowed, call, carrier, converse
+import anyio
+from cas_parcels import REFUSAL, SEED_004, STOPPED, TRACK, TRACKED, Turn, allowed, call, carrier, converse
 from claude_agent_sdk import AgentDefinition, AssistantMessage, TaskStartedMessage, ToolUseBlock, UserMessage
 from repeat_hooks_claude_agent_sdk import RepeatGuardHooks, read_state, result_text, stop_of
-from repeat_hooks_claude_agent_sdk.testing import FakeMessagesAPI, Reply, steps, tool_results, tool_use
+from repeat_hooks_claude_agent_sdk.testing import (
+    FakeMessagesAPI,
+    Reply,
+    offline_options,
+    steps,
+    tool_results,
+    tool_use,
+)
 
 from repeat_hooks import StopReason
 
@@ -88,3 +96,58 @@ async def test_a_stopped_sub_agent_ends_alone_and_its_parent_counts_apart(tmp_pa
     agent_state = await read_state(guard, turn.result, agent_id=started.task_id)
     assert agent_state is not None and agent_state.turn.id == started.task_id
     assert agent_state.turn.model_calls == 5
+
+
+def parent_then_background_trackers(request: dict[str, Any]) -> Reply:
+    """The parent starts three tracker sub-agents in the background at once and answers; each tracker calls
+    track_parcel once, then answers."""
+    if TRACKER in json.dumps(request.get("system")):
+        return call("track_parcel") if steps(request, "Track FR-7731") == 0 else "tracked"
+    if steps(request, "Where is FR-7731?") == 0:
+        return [
+            tool_use(
+                "Agent",
+                {
+                    "description": f"track {n}",
+                    "prompt": f"Track FR-7731 ({n})",
+                    "subagent_type": "tracker",
+                    "run_in_background": True,
+                },
+            )
+            for n in range(3)
+        ]
+    return "started"
+
+
+async def test_background_sub_agents_count_apart_after_their_parents_turn_ended(tmp_path: Path) -> None:
+    """Background sub-agents run on after the parent's ``ResultMessage``: each tracks the parcel once, and none is
+    told it already called (each is its own conversation, with its own state)."""
+    parcels = carrier()
+    guard = RepeatGuardHooks()
+    tracker_requests: list[dict[str, Any]] = []
+    with FakeMessagesAPI(parent_then_background_trackers) as api:
+        options = offline_options(
+            api,
+            tmp_path,
+            mcp_servers={"parcels": parcels.server},
+            allowed_tools=[*allowed("track_parcel"), "Agent"],
+            tools=["Agent"],
+            agents={"tracker": AgentDefinition(description="Tracks a parcel.", prompt=TRACKER, tools=[TRACK])},
+        )
+        async with guard.client(options) as client:
+            await client.query("Where is FR-7731?")
+            turn = Turn([message async for message in client.receive_response()])
+            assert turn.result.result == "started"
+            with anyio.fail_after(60):  # the CLI stays up while its background sub-agents finish
+                while len(tracker_requests) < 6:
+                    await anyio.sleep(0.05)
+                    requests = api.model_requests()
+                    tracker_requests = [r for r in requests if TRACKER in json.dumps(r.get("system"))]
+    assert parcels.count("track_parcel") == 3
+    assert sorted(map(tool_results, tracker_requests)) == [[], [], [], [TRACKED], [TRACKED], [TRACKED]]
+    started = [message for message in turn.messages if isinstance(message, TaskStartedMessage)]
+    assert len(started) == 3
+    for task in started:
+        agent_state = await read_state(guard, turn.result, agent_id=task.task_id)
+        assert agent_state is not None and agent_state.turn.id == task.task_id
+        assert agent_state.turn.refused_responses == 0
