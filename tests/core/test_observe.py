@@ -101,7 +101,7 @@ def test_an_observer_added_twice_is_refused_and_removing_stops_it() -> None:
     remove()  # harmless
     _loop(Policy(), GuardState())
     assert seen == []
-    with pytest.raises(TypeError, match="function of one Observation"):
+    with pytest.raises(TypeError, match="function of one Observation, not str"):
         add_observer("print")  # type: ignore[arg-type]
 
 
@@ -173,3 +173,18 @@ def test_an_observer_that_keeps_failing_logs_one_traceback(caplog: pytest.LogCap
     failures = [record for record in caplog.records if "observer" in record.getMessage()]
     assert len(failures) > 2
     assert [record.exc_info is not None for record in failures] == [True] + [False] * (len(failures) - 1)
+    # Each line names the observer; the later ones the error too (they have no traceback to show it).
+    assert failures[0].getMessage() == f"repeat_hooks observer {broken!r} failed; the decision stands"
+    assert failures[1].getMessage() == (
+        f"repeat_hooks observer {broken!r} failed again (RuntimeError('exporter down')); the decision stands"
+    )
+
+    # Removed and added again, it is a new observer: its first failure shows its traceback again.
+    caplog.clear()
+    remove = add_observer(broken)
+    try:
+        with caplog.at_level(logging.ERROR, logger="repeat_hooks"):
+            _loop(Policy(), GuardState())
+    finally:
+        remove()
+    assert caplog.records and caplog.records[0].exc_info is not None
