@@ -16,12 +16,15 @@ import hashlib
 import logging
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, PrivateAttr, SecretBytes, field_serializer, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 from . import observe
 from .call import MAX_NAME_CHARS, ToolCall, as_text, batch_call_ids, call_key
@@ -110,6 +113,14 @@ class Policy(WholeModel):
 
     _secret: bytes = PrivateAttr(b"")
     _secret_id: str | None = PrivateAttr(None)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy; with ``update``, a policy validated afresh (pydantic's ``model_copy`` skips validation, so a
+        clash, a misspelt setting or a short key would pass, and a new ``digest_key`` would not be used)."""
+        if not update:
+            return super().model_copy(deep=deep)
+        settings = {name: getattr(self, name) for name in self.model_fields_set}
+        return self.model_validate({**settings, **update})
 
     def model_post_init(self, context: Any, /) -> None:
         """Derive the digest key and its fingerprint (pydantic calls this after validation)."""

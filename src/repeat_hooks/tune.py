@@ -223,8 +223,8 @@ def with_setting(policy: Policy, setting: str, name: str) -> Policy:
 
 
 def rebuild(policy: Policy) -> Policy:
-    """``policy`` validated afresh (``model_copy`` skips the validators: a clash must still fail); its
-    ``digest_key`` is left out (digests are compared for equality only: a replay needs no key)."""
+    """``policy`` with the settings that differ from the default, validated afresh; its ``digest_key`` is left
+    out (digests are compared for equality only: a replay needs no key)."""
     default = Policy()
     settings = {name: getattr(policy, name) for name in Policy.model_fields if name != "digest_key"}
     return Policy.model_validate({k: v for k, v in settings.items() if v != getattr(default, k)})
@@ -256,7 +256,8 @@ def measure(
         touched=after.successful_with_refusal - before.successful_with_refusal,
     )
     if measured.harmful > 0:
-        return _rejected(measured, f"adds {measured.harmful} harmful refusals")
+        plural = "" if measured.harmful == 1 else "s"
+        return _rejected(measured, f"adds {measured.harmful} harmful refusal{plural}")
     if measured.prevented <= 0 and not ignored:  # a field of noise is kept: it hides the other patterns
         return _rejected(measured, "prevents nothing more on these recordings")
     if measured.touched > 0 and measured.prevented < ALARM_COST * measured.touched:
@@ -359,6 +360,8 @@ def tune(trajectories: Sequence[Trajectory], base: Policy | None = None) -> Prop
             _rejected(s, "adds harmful refusals together with the others") if s is dropped else s
             for s in proposal.suggestions
         ]
+    if base.digest_key is not None:  # replayed without it (``rebuild``); the policy to use keeps it
+        policy = policy.model_copy(update={"digest_key": base.digest_key})
     proposal.policy, proposal.proposed = policy, proposed
     return proposal
 

@@ -511,6 +511,25 @@ def test_a_digest_key_changes_every_digest_the_state_holds() -> None:
     assert {m.outcome for m in macs.turn.marks.values()}.isdisjoint(m.outcome for m in unkeyed.turn.marks.values())
 
 
+def test_a_policy_copied_with_new_settings_is_validated_and_uses_its_new_key() -> None:
+    # pydantic's model_copy skips validation: a key given this way was kept but never used (digests stayed
+    # public), and a clash or a misspelt setting passed.
+    from repeat_hooks import Policy
+
+    copied = Policy(max_calls=3).model_copy(update={"digest_key": "a secret of sixteen+ chars"})
+    assert copied == Policy(max_calls=3, digest_key="a secret of sixteen+ chars")
+    state = GuardState()
+    copied.decide_tool_call(state, SEARCH)
+    assert list(state.turn.counts) != [call_key("search", {"q": "hammock"})]  # keyed, not the public digest
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        Policy().model_copy(update={"digest_key": "short"})
+    with pytest.raises(ValueError, match="did you mean max_calls"):
+        Policy().model_copy(update={"max_cals": 3})
+    with pytest.raises(ValueError, match="both in read_only and in destructive"):
+        Policy(read_only={"search"}).model_copy(update={"destructive": {"search"}})
+    assert Policy(max_calls=3).model_copy() == Policy(max_calls=3)
+
+
 def test_every_hook_checks_the_state_s_key_before_using_it() -> None:
     from repeat_hooks import GuardSetupError, Policy
 

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
-from repeat_hooks import GuardState, Policy, ToolCall
+from repeat_hooks import GuardState, Policy, ToolCall, __version__
 from repeat_hooks.observe import scope
 from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT, RepeatHooksInstrumentor
 
@@ -273,3 +273,109 @@ print(loaded)
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def _metrics(telemetry: Telemetry) -> dict[str, Any]:
+    """Each metric exported, by name (its scope beside it: ``(scope, metric)``)."""
+    data = telemetry.reader.get_metrics_data()
+    assert data is not None
+    return {
+        metric.name: (scoped.scope, metric)
+        for resource in data.resource_metrics
+        for scoped in resource.scope_metrics
+        for metric in scoped.metrics
+    }
+
+
+def test_each_metric_says_its_scope_unit_and_description(telemetry: Telemetry) -> None:
+    _loop(Policy(max_calls=2, max_refusals=1), GuardState())
+
+    exported = _metrics(telemetry)
+    assert {(scope.name, scope.version) for scope, _ in exported.values()} == {("repeat_hooks", __version__)}
+    assert {name: (metric.unit, metric.description) for name, (_, metric) in exported.items()} == {
+        "repeat_hooks.decisions": ("{decision}", "Tool and model calls the guard decided, by outcome and reason."),
+        "repeat_hooks.calls.refused": ("{call}", "Tool calls the guard refused."),
+        "repeat_hooks.turns.stopped": ("{turn}", "Turns the guard stopped."),
+        "repeat_hooks.saved.seconds": ("s", "Model seconds the refusals are estimated to save."),
+        "repeat_hooks.saved.cost": ("USD", "Model dollars the refusals are estimated to save."),
+    }
+
+
+def test_a_span_of_the_guards_own_says_its_scope(telemetry: Telemetry) -> None:
+    _loop(Policy(max_calls=2, max_refusals=1), GuardState())
+
+    spans = telemetry.finished()
+    assert [span.name for span in spans] == [REFUSAL_EVENT, STOP_EVENT]
+    assert {(span.instrumentation_scope.name, span.instrumentation_scope.version) for span in spans} == {  # type: ignore[union-attr]
+        ("repeat_hooks", __version__)
+    }
+
+
+def _refused_once(seconds: float, cost_usd: float) -> None:
+    """Three identical lookups in one turn (the third refused), each model call ``seconds`` and ``cost_usd``."""
+    policy, state = Policy(max_calls=2, max_refusals=None), GuardState()
+    policy.start_turn(state)
+    for step in range(3):
+        policy.decide_model_call(state)
+        policy.record_model_call(state, seconds=seconds, cost_usd=cost_usd)
+        call = ToolCall(name="track", arguments={"id": 1}, call_id=f"c{step}")
+        if policy.decide_tool_call(state, call) is None:
+            policy.record_tool_result(state, call, result="in transit")
+
+
+def test_savings_are_counted_when_measured_and_never_as_zero(telemetry: Telemetry) -> None:
+    _refused_once(seconds=0.0, cost_usd=0.0)  # an adapter that measures neither
+    (event,) = [e for span in telemetry.finished() for e in span.events]
+    assert "repeat_hooks.saved.seconds" not in (event.attributes or {})
+    assert "repeat_hooks.saved.cost" not in (event.attributes or {})
+    assert set(_metrics(telemetry)) == {"repeat_hooks.decisions", "repeat_hooks.calls.refused"}
+
+    telemetry.spans.clear()
+    _refused_once(seconds=0.5, cost_usd=0.25)  # under a second, under a dollar: still counted
+    (event,) = [e for span in telemetry.finished() for e in span.events]
+    assert (event.attributes or {})["repeat_hooks.saved.seconds"] == 0.5
+    assert (event.attributes or {})["repeat_hooks.saved.cost"] == 0.25
+    tool = frozenset({("gen_ai.tool.name", "track")})
+    assert telemetry.sums("repeat_hooks.saved.seconds") == {tool: 0.5}
+    assert telemetry.sums("repeat_hooks.saved.cost") == {tool: 0.25}
+
+
+def test_a_refusal_after_the_turn_stopped_saves_nothing(telemetry: Telemetry) -> None:
+    policy, state = Policy(max_calls=2, max_refusals=1), GuardState()
+    _loop(policy, state)  # the third lookup refused, saving one model call; then the turn stops
+    late = ToolCall(name="note", arguments={}, call_id="late")
+    assert policy.decide_tool_call(state, late) is not None  # no model call was coming anyway
+
+    events = [e for span in telemetry.finished() for e in span.events if e.name == REFUSAL_EVENT]
+    assert [(e.attributes or {}).get("repeat_hooks.rule") for e in events] == ["repeat", "turn_ended"]
+    assert "repeat_hooks.saved.seconds" not in (events[1].attributes or {})
+    assert "repeat_hooks.saved.cost" not in (events[1].attributes or {})
+    tool = frozenset({("gen_ai.tool.name", "track")})
+    assert telemetry.sums("repeat_hooks.saved.seconds") == {tool: 2.0}
+    assert telemetry.sums("repeat_hooks.saved.cost") == {tool: 0.5}
+
+
+def test_dollars_in_a_stop_stay_dollars_and_counts_are_ints(telemetry: Telemetry) -> None:
+    policy, state = Policy(max_cost_usd=0.75), GuardState()
+    policy.start_turn(state)
+    while policy.decide_model_call(state) is None:
+        policy.record_model_call(state, seconds=2.0, cost_usd=0.5)
+
+    (stop,) = [dict(e.attributes or {}) for span in telemetry.finished() for e in span.events]
+    assert (stop["repeat_hooks.count"], stop["repeat_hooks.limit"]) == (1.0, 0.75)
+    assert type(stop["repeat_hooks.count"]) is int  # $1.00 spent: written 1
+
+
+def test_instrumenting_twice_or_uninstrumenting_twice_warns(
+    telemetry: Telemetry, caplog: pytest.LogCaptureFixture
+) -> None:
+    instrumentor = RepeatHooksInstrumentor()
+    with caplog.at_level(logging.WARNING, logger="repeat_hooks"):
+        instrumentor.instrument()
+        instrumentor.uninstrument()
+        instrumentor.uninstrument()
+        instrumentor.instrument()  # the fixture's uninstrument() has one to remove
+    assert [record.getMessage() for record in caplog.records] == [
+        "repeat_hooks: RepeatHooksInstrumentor is already instrumented: uninstrument() first",
+        "repeat_hooks: RepeatHooksInstrumentor is not instrumented",
+    ]

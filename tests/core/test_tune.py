@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from repeat_hooks.cli import main
 from repeat_hooks.observe import scope
 from repeat_hooks.recording import DigestRecorder, field_digest, read_folder
 from repeat_hooks.replay import RecordedCall, Trajectory, replay
-from repeat_hooks.tune import ALARM_COST, Proposal, policy_text, report, tune
+from repeat_hooks.tune import ALARM_COST, Proposal, Suggestion, policy_text, report, tune
 
 CORPUS = Path(__file__).resolve().parents[2] / "bench" / "corpora" / "tau2.jsonl.gz"
 
@@ -300,3 +301,338 @@ def test_output_cut_short_ends_quietly(tmp_path: Path) -> None:
         assert child.stdout.read(10)
         child.stdout.close()  # as `| head` does
         assert child.wait(timeout=60) == 0 and child.stderr.read() == b"", command
+
+
+# -- each suggestion's figures, and why one is rejected ------------------------------------------------------
+
+
+def by_name(proposal: Proposal) -> dict[tuple[str, str], Suggestion]:
+    return {(suggestion.setting, suggestion.name): suggestion for suggestion in proposal.suggestions}
+
+
+def tracking(number: int, lookups: int = 2, success: bool | None = None, hint: bool | None = None) -> Trajectory:
+    """track's result changes once, then ``lookups`` lookups each between two runs of track that return the same:
+    with lookup read-only, every third run of track in a row is refused (waste: it returned the same).
+    ``hint``: the lookups' read-only hint, as an SDK that knows the tool records it."""
+    track = RecordedCall("track", {"order": number}, "in transit")
+    calls = [RecordedCall("track", {"order": number}, "label created"), track]
+    for part in range(lookups):
+        calls += [RecordedCall("lookup", {"part": part}, "pending", read_only=hint), track]
+    return Trajectory(f"t{number}", [steps(*calls)], success=success)
+
+
+def test_each_suggestion_is_judged_on_what_it_adds_to_the_default_summed_over_recordings() -> None:
+    # The default already refuses a third status check, harmfully (it returned something new), and that gives
+    # each successful session a refusal; a limit on transfer refuses one more call a session, a waste only.
+    def session(number: int) -> Trajectory:
+        status = RecordedCall("status", {"order": number}, "pending")
+        shipped = RecordedCall("status", {"order": number}, "shipped")
+        transfer = RecordedCall("transfer", {"to": "human"}, "Transferred")
+        return Trajectory(f"s{number}", [steps(status, status, shipped, transfer, transfer)], success=True)
+
+    sessions = [Trajectory("other", [steps(RecordedCall("weather", {}, "sunny"))]), *map(session, range(3))]
+    proposal = tune(sessions)
+    default = replay(Policy(), sessions)
+    assert (default.harmful, default.waste_prevented, default.successful_with_refusal) == (3, 0, 3)
+    assert (proposal.default.trajectories, proposal.default.harmful) == (4, 3)
+    limit = by_name(proposal)[("limits", "transfer")]
+    assert (limit.harmful, limit.prevented, limit.touched, limit.kept, limit.why_not) == (0, 3, 0, True, None)
+    assert limit.evidence == "3 repeats, none returned anything new"
+    assert proposal.policy == Policy(limits={"transfer": 1})
+    assert (proposal.proposed.harmful, proposal.proposed.waste_prevented) == (3, 3)  # the default's 3, no more
+
+    # A base policy's digest key stays on the proposed policy (replays need none; the guard does).
+    keyed = tune(sessions, base=Policy(digest_key="k" * 32))
+    assert keyed.policy == Policy(limits={"transfer": 1}, digest_key="k" * 32)
+    assert (keyed.proposed.harmful, keyed.proposed.waste_prevented) == (3, 3)
+
+
+def test_a_suggestion_that_adds_one_harmful_refusal_is_rejected() -> None:
+    # One session: lookup read-only makes three refusals of track, the turn stops, and the refund is refused.
+    session = tracking(0, lookups=4)
+    session = replace(session, turns=[[*session.turns[0], *steps(RecordedCall("refund", {"order": 0}, "done"))]])
+    proposal = tune([session])
+    lookup = by_name(proposal)[("read_only", "lookup")]
+    assert (lookup.harmful, lookup.kept, lookup.why_not) == (1, False, "adds 1 harmful refusal")
+    assert proposal.policy == Policy() and proposal.proposed.harmful == 0
+
+
+def test_a_suggestion_that_prevents_exactly_one_wasted_call_is_kept() -> None:
+    transfer = RecordedCall("transfer", {"to": "human"}, "Transferred")
+    note = RecordedCall("add_note", {"text": "called"}, "ok")  # a change: the repeat after it is allowed
+    sessions = [
+        Trajectory("a", [steps(transfer, transfer)]),
+        Trajectory("b", [steps(transfer, note, transfer, note, transfer)]),
+    ]
+    proposal = tune(sessions)
+    limit = by_name(proposal)[("limits", "transfer")]
+    assert (limit.harmful, limit.prevented, limit.touched, limit.kept) == (0, 1, 0, True)
+    assert proposal.policy == Policy(limits={"transfer": 1})
+
+
+def test_a_suggestion_that_prevents_nothing_more_is_rejected() -> None:
+    # lookup never changes track's result, but track never runs three times in a row: nothing to refuse.
+    proposal = tune([tracking(n, lookups=1) for n in range(3)])
+    lookup = by_name(proposal)[("read_only", "lookup")]
+    assert (lookup.harmful, lookup.prevented, lookup.touched) == (0, 0, 0)
+    assert (lookup.kept, lookup.why_not) == (False, "prevents nothing more on these recordings")
+    assert proposal.policy == Policy()
+
+
+def test_a_suggestion_that_is_no_valid_policy_is_rejected() -> None:
+    proposal = tune([tracking(n) for n in range(3)], base=Policy(destructive={"lookup"}))
+    lookup = by_name(proposal)[("read_only", "lookup")]
+    assert lookup.kept is False and lookup.why_not is not None
+    assert lookup.why_not.startswith("not a valid policy: ")
+    assert "lookup is both in read_only and in destructive" in lookup.why_not
+    assert proposal.policy == Policy(destructive={"lookup"})
+
+
+@pytest.mark.parametrize(
+    ("sessions", "figures", "why_not"),
+    [
+        ([(2, None), (1, None)], (1, 0), None),  # no false alarm: one wasted call saved is enough
+        ([(2, True), (2, None)], (2, 1), None),  # one false alarm, two wasted calls saved: just enough
+        (
+            [(2, True), (1, None)],  # one false alarm for one wasted call saved
+            (1, 1),
+            "gives 1 more successful runs a refusal or stop, for 1 wasted calls prevented (at least 2 per run needed)",
+        ),
+    ],
+)
+def test_each_false_alarm_must_be_outweighed_by_two_wasted_calls_prevented(
+    sessions: list[tuple[int, bool | None]], figures: tuple[int, int], why_not: str | None
+) -> None:
+    # Each session as (lookups, success): two lookups make one wasted run of track, refused with lookup read-only.
+    proposal = tune([tracking(n, lookups, success) for n, (lookups, success) in enumerate(sessions)])
+    lookup = by_name(proposal)[("read_only", "lookup")]
+    assert (lookup.harmful, lookup.prevented, lookup.touched) == (0, *figures)
+    assert (lookup.kept, lookup.why_not) == (why_not is None, why_not)
+    assert proposal.policy == (Policy() if why_not else Policy(read_only={"lookup"}))
+
+
+def test_suggestions_harmful_together_drop_the_one_preventing_least() -> None:
+    # Alone, lookup read-only refuses one track a session, and a limit on transfer one transfer more than the
+    # default: together three refusals stop each turn, and the refund after is refused.
+    transfer = RecordedCall("transfer", {"to": "human"}, "Transferred")
+
+    def session(number: int) -> Trajectory:
+        turn = [*tracking(number).turns[0], *steps(transfer, transfer, transfer, RecordedCall("refund", {}, "done"))]
+        return Trajectory(f"s{number}", [turn])
+
+    sessions = [*map(session, range(3)), Trajectory("short", [steps(transfer, transfer)])]
+    proposal = tune(sessions)
+    lookup, limit = by_name(proposal)[("read_only", "lookup")], by_name(proposal)[("limits", "transfer")]
+    assert (lookup.harmful, lookup.prevented, limit.harmful, limit.prevented) == (0, 3, 0, 4)
+    assert (lookup.kept, lookup.why_not) == (False, "adds harmful refusals together with the others")
+    assert (limit.kept, limit.why_not) == (True, None)
+    assert proposal.policy == Policy(limits={"transfer": 1})
+    assert replay(Policy(read_only={"lookup"}, limits={"transfer": 1}), sessions).harmful == 3  # what was avoided
+    assert (proposal.proposed.harmful, proposal.proposed.waste_prevented) == (0, 7)
+
+
+# -- what the analyses read from the recordings --------------------------------------------------------------
+
+
+def test_a_lookup_needs_three_runs_of_evidence_to_be_suggested_read_only() -> None:
+    assert tune([tracking(n, lookups=1) for n in range(2)]).suggestions == []  # ran twice between: too little
+    (suggestion,) = tune([tracking(n, lookups=1) for n in range(3)]).suggestions
+    assert (suggestion.setting, suggestion.name) == ("read_only", "lookup")
+    assert (
+        suggestion.evidence == "ran 3 times between two runs of a call whose tool's results change, never changing it"
+    )
+
+
+def test_a_tool_that_once_ran_between_two_runs_whose_result_changed_is_never_suggested_read_only() -> None:
+    # In the first session the tracker's result changed across a run of lookup: lookup may well have changed it.
+    track = RecordedCall("track", {"order": 9}, "in transit")
+    blamed = Trajectory(
+        "first", [steps(track, RecordedCall("lookup", {"part": 9}, "pending"), replace(track, result="delivered"))]
+    )
+    proposal = tune([blamed, *(tracking(n, lookups=3) for n in range(3))])
+    assert ("read_only", "lookup") not in by_name(proposal)
+    assert proposal.policy == Policy()
+
+
+def test_a_failed_run_between_two_runs_whose_result_changed_is_not_blamed() -> None:
+    track = RecordedCall("track", {"order": 9}, "in transit")
+    failed = RecordedCall("lookup", {"part": 9}, "Error: timeout", ok=False)
+    sessions = [
+        Trajectory("first", [steps(track, failed, replace(track, result="delivered"))]),
+        *map(tracking, range(3)),
+    ]
+    lookup = by_name(tune(sessions))[("read_only", "lookup")]
+    assert (lookup.prevented, lookup.kept) == (3, True)
+    assert lookup.evidence.startswith("ran 6 times between")
+
+
+@pytest.mark.parametrize("hint", [True, False])
+def test_a_tool_the_recording_hints_is_left_as_the_sdk_said(hint: bool) -> None:
+    proposal = tune([tracking(n, hint=hint) for n in range(3)])
+    assert ("read_only", "lookup") not in by_name(proposal)
+
+
+def test_settings_the_base_policy_has_are_not_suggested_again() -> None:
+    transfer = RecordedCall("transfer", {"to": "human"}, "Transferred")
+    sessions = [*(tracking(n) for n in range(3)), *(Trajectory(f"x{n}", [steps(transfer, transfer)]) for n in range(3))]
+    assert set(by_name(tune(sessions))) == {("read_only", "lookup"), ("limits", "transfer")}
+    assert tune(sessions, base=Policy(read_only={"lookup"}, limits={"transfer": 1})).suggestions == []
+    noisy = [poll_session(n) for n in range(3)]
+    assert ("ignore_results", "checked_at") in by_name(tune(noisy))
+    assert tune(noisy, base=Policy(ignore_results={"checked_at"})).suggestions == []
+
+
+def test_calls_are_told_apart_by_their_arguments_in_any_key_order() -> None:
+    # Each session reads order 1, order 2, then order 1 again (its keys in another order): one repeat, nothing new.
+    def session(number: int) -> Trajectory:
+        get = [RecordedCall("get_order", {"id": n, "fields": "all"}, f"order {n}") for n in (1, 2)]
+        again = RecordedCall("get_order", {"fields": "all", "id": 1}, "order 1")
+        return Trajectory(f"s{number}", [steps(*get, again)])
+
+    (suggestion,) = tune([session(n) for n in range(3)]).suggestions
+    assert (suggestion.setting, suggestion.name, suggestion.evidence) == (
+        "limits",
+        "get_order",
+        "3 repeats, none returned anything new",
+    )
+
+
+def test_a_retry_that_succeeded_where_the_first_run_failed_told_something_new() -> None:
+    def session(number: int) -> Trajectory:
+        deploy = RecordedCall("deploy", {"env": "prod"}, None)
+        return Trajectory(f"s{number}", [steps(replace(deploy, ok=False), deploy)])
+
+    assert tune([session(n) for n in range(3)]).suggestions == []
+
+
+class Screenshot:
+    """A result with no stable form: the model reads whatever its repr is."""
+
+
+def poll(job: int, status: str, checked_at: int, ok: bool = True) -> RecordedCall:
+    return RecordedCall("poll", {"job": job}, {"status": status, "checked_at": checked_at}, ok=ok)
+
+
+def poll_session(number: int) -> Trajectory:
+    """A job polled three times, its status the same, its ``checked_at`` new every time: once ``checked_at`` is
+    ignored, the third poll is refused (a waste)."""
+    return Trajectory(f"p{number}", [steps(*(poll(number, "running", at) for at in range(3)))])
+
+
+def test_a_field_of_noise_preventing_one_wasted_call_is_proposed() -> None:
+    # Three times checked_at alone changed (twice in the first session, once in the second), and every time it was
+    # there; a job that finished shows poll's results do change. Results with no stable form show no noise.
+    other = Trajectory(
+        "other",
+        [
+            steps(
+                poll(7, "running", 10),
+                poll(7, "running", 11),
+                poll(8, "running", 12),
+                poll(8, "done", 13),
+                RecordedCall("screenshot", {}, Screenshot()),
+                RecordedCall("profile", {}, {"owner": "<app.User>", "id": 1}),
+            )
+        ],
+    )
+    proposal = tune([poll_session(0), other])
+    noise = by_name(proposal)[("ignore_results", "checked_at")]
+    assert noise.evidence == "changed on all 4 reruns of a call that returned it; the only change in 3"
+    assert (noise.harmful, noise.prevented, noise.touched, noise.kept) == (0, 1, 0, True)
+    assert list(by_name(proposal)) == [("ignore_results", "checked_at")]
+    assert proposal.policy == Policy(ignore_results={"checked_at"})
+    assert (proposal.proposed.waste_prevented, proposal.proposed.harmful) == (1, 0)
+
+
+def test_a_field_is_noise_only_if_it_changed_every_time_and_alone_three_times() -> None:
+    assert tune([poll_session(0)]).suggestions == []  # the only change twice: too little
+    unchanged_once = Trajectory("once", [steps(poll(7, "running", 10), poll(7, "running", 10))])
+    proposal = tune([poll_session(0), poll_session(1), unchanged_once])
+    assert ("ignore_results", "checked_at") not in by_name(proposal)
+
+
+def test_runs_that_cannot_show_a_fields_noise_are_skipped() -> None:
+    # A run that failed beside one that succeeded, a result that is no mapping, a result with a field more:
+    # none is a rerun whose only change is checked_at, and none contradicts it.
+    turn = steps(
+        poll(5, "running", 1),
+        poll(5, "running", 1, ok=False),
+        *(poll(6, "running", at) for at in range(3)),
+        RecordedCall("poll", {"job": 7}, "timeout"),
+        poll(7, "running", 4),
+        RecordedCall("poll", {"job": 7}, {"status": "running", "checked_at": 5, "eta": 3}),
+    )
+    proposal = tune([Trajectory("odd", [turn]), poll_session(0)])
+    noise = by_name(proposal)[("ignore_results", "checked_at")]
+    assert noise.evidence == "changed on all 5 reruns of a call that returned it; the only change in 4"
+    assert (noise.prevented, noise.kept) == (2, True)
+
+
+def test_a_field_that_also_occurs_nested_cannot_be_replayed_exactly_and_is_rejected() -> None:
+    nested = Trajectory(
+        "nested", [steps(RecordedCall("poll", {"job": 9}, {"status": "done", "last": {"checked_at": 3}}))]
+    )
+    proposal = tune([poll_session(0), poll_session(1), nested])
+    noise = by_name(proposal)[("ignore_results", "checked_at")]
+    assert (noise.kept, noise.why_not) == (
+        False,
+        "ignore_results: 'checked_at' occurs below the top level in nested, and a digest recording can drop it only "
+        "at the top level (replay full trajectories to tune it)",
+    )
+    assert proposal.policy == Policy()
+
+
+# -- the report ----------------------------------------------------------------------------------------------
+
+
+def test_the_report_prints_the_policy_to_paste_then_each_suggestion_and_its_figures() -> None:
+    transfer = RecordedCall("transfer", {"to": "human"}, "Transferred")
+
+    def session(number: int) -> Trajectory:
+        turn = [*tracking(number).turns[0], *steps(transfer, transfer, transfer, RecordedCall("refund", {}, "done"))]
+        return Trajectory(f"s{number}", [turn])
+
+    proposal = tune([*map(session, range(3)), Trajectory("short", [steps(transfer, transfer)])])
+    text = report(proposal)
+    assert text == "\n".join(
+        [
+            "Proposed policy (paste it):",
+            "",
+            '    Policy(limits={"transfer": 1})',
+            "",
+            "suggestion            harmful  prevented  touched  evidence",
+            "read_only += lookup        +0         +3       +0  REJECTED (adds harmful refusals together with the "
+            "others); ran 6 times between two runs of a call whose tool's results change, never changing it",
+            "limits[transfer] = 1       +0         +4       +0  7 repeats, none returned anything new",
+            "",
+            "(what each suggestion adds, replayed beside the default, with the ignore_results kept for the",
+            " others: harmful refusals, wasted calls prevented, successful runs given a refusal or a stop)",
+        ]
+    )
+    (pasted,) = re.findall(r"^    (Policy\(.*\))$", text, re.MULTILINE)
+    assert eval(pasted, {"Policy": Policy}) == proposal.policy
+
+
+def test_the_report_names_the_fields_a_digest_recording_knows_by_digest_only() -> None:
+    first, second = f"#{field_digest('checked_at')}", f"#{field_digest('duration_ms')}"
+    proposal = Proposal(Policy(ignore_results={second, first}))
+    unnamed = ", ".join(sorted([first, second]))
+    assert report(proposal) == "\n".join(
+        [
+            "Proposed policy (paste it):",
+            "",
+            f"    {policy_text(proposal.policy)}",
+            "",
+            f"({unnamed}: result fields a digest recording names by digest only: replace each with the name whose "
+            "repeat_hooks.recording.field_digest(name, key) it is)",
+            "",
+            "Nothing in these recordings suggests a change from the default.",
+        ]
+    )
+
+
+def test_the_policy_text_writes_every_kind_of_setting_as_python() -> None:
+    policy = Policy(limits={"b": 2, "a": 1}, mask_volatile=False, count_failures=False, max_cost_usd=0.5)
+    text = policy_text(policy)
+    assert text == 'Policy(mask_volatile=False, limits={"a": 1, "b": 2}, count_failures=False, max_cost_usd=0.5)'
+    assert eval(text, {"Policy": Policy}) == policy
