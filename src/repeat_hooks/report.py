@@ -104,7 +104,8 @@ def render_html(labels: Sequence[str], tallies: Sequence[Tally], sources: Sequen
         "<title>repeat-hooks replay report</title>",
         f"<style>{STYLE}</style></head><body>",
         "<header><h1>What the guard would have done</h1>",
-        f'<p class="lead">{_n(first.trajectories)} recorded trajectories ({_n(first.turns)} turns, '
+        f'<p class="lead">{_n(first.trajectories)} recorded '
+        f"{'trajectory' if first.trajectories == 1 else 'trajectories'} ({_n(first.turns)} turns, "
         f"{_n(first.calls)} tool calls) from {files}, replayed through {_n(len(tallies))} "
         f"{'policy' if len(tallies) == 1 else 'policies'}. A refused call is <strong>waste prevented</strong> "
         "when its recorded result repeated the last one the model had read for that same call, and "

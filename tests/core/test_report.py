@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ import pytest
 
 from repeat_hooks import Policy
 from repeat_hooks.cli import main
-from repeat_hooks.replay import MAX_LOOPS, MAX_TOOLS, POSITIONS, RecordedCall, Trajectory, replay
+from repeat_hooks.replay import MAX_LOOPS, MAX_TOOLS, POSITIONS, ROWS, RecordedCall, Tally, Trajectory, replay
 from repeat_hooks.report import render_html
 
 _TESTS = str(Path(__file__).resolve().parents[1])
@@ -322,3 +324,403 @@ def test_a_page_that_cannot_be_written_is_named_before_the_replay_runs(
     with pytest.raises(SystemExit):
         main(["replay", "--help"])
     assert "one self-contained HTML page" in " ".join(capsys.readouterr().out.split())
+
+
+# The page read back without a browser: ``html.parser`` builds a small tree, the tests read what it says.
+
+VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"})
+CONTAINERS = frozenset({"#document", "html", "head", "body", "header", "main", "table", "thead", "tbody", "tr"})
+"""Elements that hold only elements: text directly inside one is stray text on the page (or foster-parented
+out of a table)."""
+PANELS = frozenset({"policies", "policy", "cards", "card", "legend", "bar-track"})
+"""Classes of ``div``/``p`` elements that hold only elements too."""
+
+
+@dataclass
+class Element:
+    tag: str
+    attrs: dict[str, str]
+    children: list[Element | str] = field(default_factory=list)
+
+    @property
+    def classes(self) -> set[str]:
+        return set(self.attrs.get("class", "").split())
+
+    def text(self) -> str:
+        """The text a reader sees, whitespace collapsed."""
+        return " ".join("".join(self._strings()).split())
+
+    def _strings(self) -> Iterator[str]:
+        for child in self.children:
+            yield from [child] if isinstance(child, str) else child._strings()
+
+    def all(self, tag: str | None = None, cls: str | None = None, **attrs: str) -> list[Element]:
+        """Every descendant element (document order) with that tag, class and attributes (``data_x`` for
+        ``data-x``)."""
+        wanted = {name.replace("_", "-"): value for name, value in attrs.items()}
+        found = []
+        for child in self.children:
+            if isinstance(child, str):
+                continue
+            if (
+                (tag is None or child.tag == tag)
+                and (cls is None or cls in child.classes)
+                and all(child.attrs.get(name) == value for name, value in wanted.items())
+            ):
+                found.append(child)
+            found.extend(child.all(tag, cls, **attrs))
+        return found
+
+    def one(self, tag: str | None = None, cls: str | None = None, **attrs: str) -> Element:
+        (element,) = self.all(tag, cls, **attrs)
+        return element
+
+    def elements(self) -> list[Element]:
+        return [child for child in self.children if not isinstance(child, str)]
+
+
+class _Tree(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.document = Element("#document", {})
+        self.open = [self.document]
+        self.doctype: str | None = None
+
+    def handle_decl(self, decl: str) -> None:
+        assert self.doctype is None and self.document.children == [], "the doctype comes first"
+        self.doctype = decl
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        element = Element(tag, {name: value or "" for name, value in attrs})
+        self.open[-1].children.append(element)
+        if tag not in VOID:
+            self.open.append(element)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.open[-1].children.append(Element(tag, {name: value or "" for name, value in attrs}))
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.open[-1].tag == tag, f"</{tag}> closes <{self.open[-1].tag}>"
+        self.open.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.open[-1].children.append(data)
+
+
+def parse(html: str) -> Element:
+    """The page as a tree; every element closed in order, the doctype first."""
+    tree = _Tree()
+    tree.feed(html)
+    tree.close()
+    assert tree.open == [tree.document], f"<{tree.open[-1].tag}> never closed"
+    assert tree.doctype is not None and tree.doctype.lower() == "doctype html"  # standards mode
+    return tree.document
+
+
+def stray_text(element: Element) -> list[str]:
+    """Text sitting directly inside an element meant to hold only elements, anywhere in ``element``."""
+    holds_elements = element.tag in CONTAINERS or (element.tag in {"div", "p"} and element.classes & PANELS)
+    found = [child for child in element.children if isinstance(child, str) and child.strip() and holds_elements]
+    for child in element.elements():
+        found.extend(stray_text(child))
+    return found
+
+
+def panels(page: Element, section: str) -> list[Element]:
+    return page.all("div", data_section=section)
+
+
+def widths(row: Element) -> tuple[float, float]:
+    """A bar's waste and harm parts, in % of the track."""
+
+    def width(span: Element) -> float:
+        name, value = span.attrs["style"].split(":")
+        assert name == "width" and value.endswith("%")
+        return float(value[:-1])
+
+    track = row.one("div", "bar-track")
+    return width(track.one("span", "waste")), width(track.one("span", "harm"))
+
+
+def tool_rows(panel: Element) -> list[tuple[str, str, str, str, tuple[float, float]]]:
+    """(kind, name, refused, harmful, bar) of each row of a "Refusals by tool" panel."""
+    return [
+        (
+            row.attrs["data-row"],
+            row.one("th").text(),
+            row.one(data_field="refused").text(),
+            row.one(data_field="harmful").text(),
+            widths(row),
+        )
+        for row in panel.one("tbody").elements()
+    ]
+
+
+def legend(panel: Element) -> list[str]:
+    return [span.text() for span in panel.one("p", "legend").elements()]
+
+
+def header_cells(panel: Element) -> list[str]:
+    return [cell.text() for cell in panel.one("thead").all("th")]
+
+
+def poll_and_ping(success: bool = True) -> Trajectory:
+    """Six identical polls (calls 3 to 6 repeat their result: waste), then three pings whose third, refused,
+    would have returned something new (harmful)."""
+    polls = [[RecordedCall("poll", {}, "same")] for _ in range(6)]
+    pings = [[RecordedCall("ping", {}, "a")], [RecordedCall("ping", {}, "a")], [RecordedCall("ping", {}, "b")]]
+    return Trajectory("t1", [polls, pings], success=success)
+
+
+STRICT = Policy(max_refusals=None)
+"""Refuses poll 4 times (waste) and ping once (harmful)."""
+LENIENT = Policy(max_calls=None, max_cycle_period=None, max_opaque_runs=None)
+"""Refuses nothing."""
+
+
+@pytest.fixture(scope="module")
+def two_policies() -> tuple[Tally, Tally, Element]:
+    strict, lenient = (replay(policy, [poll_and_ping()]) for policy in (STRICT, LENIENT))
+    assert (strict.waste_prevented, strict.harmful, lenient.refused, lenient.loops) == (4, 1, 0, 1)
+    html = render_html(["strict", "lenient"], [strict, lenient], ["a.jsonl", "b.jsonl.gz"])
+    return strict, lenient, parse(html)
+
+
+def test_the_page_is_one_document_with_no_stray_text(two_policies: tuple[Tally, Tally, Element]) -> None:
+    *_, page = two_policies
+    (root,) = page.elements()
+    assert root.tag == "html" and root.attrs["lang"].lower() == "en"  # language tags ignore case
+    assert [child.tag for child in root.elements()] == ["head", "body"]
+    head, body = root.elements()
+    assert head.one("title").text() == "repeat-hooks replay report"
+    assert [child.tag for child in body.elements()] == ["header", "main", "footer"]
+    assert stray_text(page) == []
+    assert page.all("script") == [] and page.all("link") == [] and page.all("img") == []  # nothing to fetch
+
+
+def test_the_page_says_what_was_replayed_from_which_files(two_policies: tuple[Tally, Tally, Element]) -> None:
+    *_, page = two_policies
+    assert page.one("h1").text() == "What the guard would have done"
+    explained = (
+        "A refused call is waste prevented when its recorded result repeated the last one the model had read "
+        "for that same call, and harmful when it differed: the model would have learned something new."
+    )
+    lead = page.one("header").one("p", "lead")
+    assert lead.text() == (
+        f"1 recorded trajectory (2 turns, 9 tool calls) from a.jsonl, b.jsonl.gz, replayed through 2 policies. "
+        f"{explained}"
+    )
+    assert [code.text() for code in lead.all("code")] == ["a.jsonl", "b.jsonl.gz"]
+    assert page.one("footer").text() == (
+        "Made by repeat-hooks replay --html. This page holds tool names, trajectory ids and digests only, never "
+        "an argument or result value. Digests are the first 8 hex characters of unkeyed BLAKE2b digests: equal "
+        "digests mean equal values, but a short, guessable value (a PIN, a date) could be recovered by trying "
+        "every candidate."
+    )
+    # the first policy's trajectories, with thousands separators; one policy, no files named
+    big = Tally(trajectories=1200, turns=3400, calls=56789)
+    lead = parse(render_html(["default"], [big])).one("header").one("p", "lead")
+    assert lead.text() == (
+        f"1,200 recorded trajectories (3,400 turns, 56,789 tool calls) from no files, replayed through 1 policy. "
+        f"{explained}"
+    )
+
+
+def test_each_section_has_its_heading_and_one_panel_per_policy_in_order(
+    two_policies: tuple[Tally, Tally, Element],
+) -> None:
+    *_, page = two_policies
+    sections = [(h2.attrs["id"], h2.text()) for h2 in page.all("h2")]
+    assert sections == [
+        ("cards", "Headline figures"),
+        ("figures", "All figures"),
+        ("tools", "Refusals by tool"),
+        ("positions", "Refusals by position in the turn"),
+        ("loops", "Longest loops"),
+        ("harmful", "Harmful refusals"),
+    ]
+    for section, _ in sections:
+        if section == "figures":
+            continue
+        found = panels(page, section)
+        assert [(panel.attrs["data-policy"], panel.one("h3").text()) for panel in found] == [
+            ("0", "Policy strict"),
+            ("1", "Policy lenient"),
+        ]
+    # the figures follow the labels' order, whichever it is
+    strict, lenient, _ = two_policies
+    swapped = parse(render_html(["lenient", "strict"], [lenient, strict]))
+    assert [panel.one(data_field="waste_prevented").text() for panel in panels(swapped, "cards")] == ["0", "4"]
+    assert [panel.one("h3").text() for panel in panels(swapped, "cards")] == ["Policy lenient", "Policy strict"]
+
+
+def test_the_cards_show_each_headline_figure_with_its_words(two_policies: tuple[Tally, Tally, Element]) -> None:
+    *_, page = two_policies
+
+    def cards(panel: Element) -> list[tuple[str, str, set[str]]]:
+        # the tone colours the figure: green for what the guard saved, red for a refusal that hurt
+        found = panel.one("div", "cards").elements()
+        return [(card.one("div", "words").text(), card.one("div", "big").text(), card.classes) for card in found]
+
+    strict, lenient = panels(page, "cards")
+    assert cards(strict) == [
+        ("wasted calls prevented", "4", {"card", "good"}),
+        ("harmful refusals", "1", {"card", "bad"}),
+        ("successful runs with a refusal or stop", "1 of 1", {"card", "bad"}),
+        ("no-progress loops caught", "1 of 1", {"card", "good"}),
+    ]
+    assert cards(lenient) == [
+        ("wasted calls prevented", "0", {"card", "good"}),
+        ("harmful refusals", "0", {"card"}),  # nothing to alarm anyone
+        ("successful runs with a refusal or stop", "0 of 1", {"card"}),
+        ("no-progress loops caught", "0 of 1", {"card", "good"}),
+    ]
+
+
+def test_the_figures_table_has_every_figure_one_column_per_policy(
+    two_policies: tuple[Tally, Tally, Element],
+) -> None:
+    *_, page = two_policies
+    table = page.one("table", "figures")
+    assert table.one("caption").text() == "Every figure, one column per policy (as replay --json)"
+    assert header_cells(table) == ["figure", "strict", "lenient"]
+    rows = [(row.one("th").text(), [cell.text() for cell in row.all("td")]) for row in table.one("tbody").elements()]
+    expected = {
+        "trajectories": ["1", "1"],
+        "successful": ["1", "1"],
+        "successful_with_refusal": ["1", "0"],
+        "harmful_in_successful": ["1", "0"],
+        "harmful": ["1", "0"],
+        "waste_prevented": ["4", "0"],
+        "unjudged": ["0", "0"],
+        "refused": ["5", "0"],
+        "turns_stopped": ["0", "0"],
+        "loops_caught": ["1 of 1", "0 of 1"],
+    }
+    assert rows == [
+        *((name, expected[figure]) for figure, name in ROWS),
+        ("turns replayed", ["2", "2"]),
+        ("calls replayed", ["9", "9"]),
+    ]
+
+
+def test_bars_are_as_long_as_the_refusals_on_one_scale_for_every_policy(
+    two_policies: tuple[Tally, Tally, Element],
+) -> None:
+    *_, page = two_policies
+    strict, lenient = panels(page, "tools")
+    assert header_cells(strict) == ["tool", "refused", "harmful", "bar"]
+    # poll's 4 refusals fill the track; ping's 1, harmful, is a quarter of it
+    assert tool_rows(strict) == [("tool", "poll", "4", "0", (100.0, 0.0)), ("tool", "ping", "1", "1", (0.0, 25.0))]
+    assert legend(strict) == ["waste prevented", "harmful", "one scale for every policy"]
+    assert lenient.one("p", "none").text() == "No call refused."
+    assert lenient.all("table") == [] and lenient.all("p", "legend") == []
+
+
+def test_refusals_by_position_are_labelled_and_shared_of_calls(two_policies: tuple[Tally, Tally, Element]) -> None:
+    *_, page = two_policies
+    strict, lenient = panels(page, "positions")
+    assert header_cells(strict) == ["position", "calls", "refused", "harmful", "refused of calls", "bar"]
+    rows = [
+        (row.one("th").text(), *(cell.text() for cell in row.all("td", "num")), widths(row))
+        for row in strict.all("tr", data_row="position")
+    ]
+    assert rows == [
+        ("1", "2", "0", "0", "0%", (0.0, 0.0)),
+        ("2", "2", "0", "0", "0%", (0.0, 0.0)),
+        ("3", "2", "2", "1", "100%", (50.0, 50.0)),  # poll's waste and ping's harm, on a scale of 2
+        ("4–5", "2", "2", "0", "100%", (100.0, 0.0)),
+        ("6–10", "1", "1", "0", "100%", (50.0, 0.0)),
+        ("11–20", "0", "0", "0", "–", (0.0, 0.0)),  # no call that far into a turn
+        ("21–50", "0", "0", "0", "–", (0.0, 0.0)),
+        ("51+", "0", "0", "0", "–", (0.0, 0.0)),
+    ]
+    calls = [row.one(data_field="calls").text() for row in lenient.all("tr", data_row="position")]
+    assert calls == ["2", "2", "2", "2", "1", "0", "0", "0"]
+    assert all(widths(row) == (0.0, 0.0) for row in lenient.all("tr", data_row="position"))
+    assert legend(lenient) == ["waste prevented", "harmful", "one scale for every policy"]
+
+
+def test_one_refusal_fills_the_bar_when_it_is_the_most() -> None:
+    tally = replay(Policy(), [Trajectory("t", [[[RecordedCall("poll", {}, "same")] for _ in range(3)]])])
+    assert (tally.refused, tally.waste_prevented) == (1, 1)
+    page = parse(render_html(["default"], [tally]))
+    (tools,) = panels(page, "tools")
+    assert tool_rows(tools) == [("tool", "poll", "1", "0", (100.0, 0.0))]
+    assert legend(tools) == ["waste prevented", "harmful"]  # one policy: no scale to share
+    (positions,) = panels(page, "positions")
+    bars = [widths(row) for row in positions.all("tr", data_row="position")]
+    assert bars == [(0.0, 0.0), (0.0, 0.0), (100.0, 0.0), *[(0.0, 0.0)] * 5]
+    assert legend(positions) == ["waste prevented", "harmful"]
+
+
+def test_tools_past_the_limit_show_as_one_other_tools_row() -> None:
+    turn = [[RecordedCall(f"tool_{n:03d}", {}, "same")] for n in range(MAX_TOOLS + 5) for _ in range(3)]
+    tally = replay(Policy(max_refusals=None), [Trajectory("t", [turn])])
+    (tools,) = panels(parse(render_html(["default"], [tally])), "tools")
+    rows = tool_rows(tools)
+    assert len(rows) == MAX_TOOLS + 1
+    assert rows[0] == ("tool", "tool_000", "1", "0", (20.0, 0.0))  # 1 of the 5 other tools' refusals
+    assert rows[-1] == ("other", "other tools", "5", "0", (100.0, 0.0))
+
+
+def test_every_text_from_the_files_is_text_on_the_page() -> None:
+    hostile_id = '<b onclick="x()">id</b>'
+    label = "<i>policy</i> & co"
+    loop = [[RecordedCall(HOSTILE, {"q": 1}, "same")] for _ in range(4)]
+    new = [[RecordedCall(HOSTILE, {"q": 2}, str(n))] for n in range(4)]
+    tally = replay(Policy(count="per_turn", max_calls=1), [Trajectory(hostile_id, [loop, new])])
+    assert tally.longest_loops and tally.harmful_refusals and tally.waste_prevented
+    page = parse(render_html([label], [tally], ["<u>runs</u>.jsonl", 'a"b.jsonl']))
+    assert [element.tag for element in page.all() if element.tag in {"script", "img", "b", "i", "u"}] == []
+    assert all(not name.startswith("on") for element in page.all() for name in element.attrs)
+    lead = page.one("header").one("p", "lead")
+    assert [code.text() for code in lead.all("code")] == ["<u>runs</u>.jsonl", 'a"b.jsonl']
+    assert {panel.one("h3").one("code").text() for panel in page.all("div", "policy")} == {label}
+    assert page.one("table", "figures").one("thead").all("th")[1].text() == label
+    (tools,) = panels(page, "tools")
+    assert [row[1] for row in tool_rows(tools)] == [HOSTILE]
+    (loops,) = panels(page, "loops")
+    for row in loops.all("tr", data_row="loop"):
+        assert (row.one(data_field="tool").text(), row.one(data_field="trajectory").text()) == (HOSTILE, hostile_id)
+    (harmful,) = panels(page, "harmful")
+    for item in harmful.all("details", data_row="harmful"):
+        assert item.one("summary").one(data_field="tool").text() == HOSTILE
+        assert item.one("summary").one(data_field="trajectory").text() == hostile_id
+        assert {row.one(data_field="tool").text() for row in item.all("tr", data_row="context")} == {HOSTILE}
+
+
+def test_a_page_with_no_trajectories_or_no_policy_still_says_so() -> None:
+    empty = replay(Policy(), [])
+    page = parse(render_html(["default"], [empty]))
+    lead = page.one("header").one("p", "lead").text()
+    assert lead.startswith("0 recorded trajectories (0 turns, 0 tool calls) from no files, replayed through 1 policy.")
+    (cards,) = panels(page, "cards")
+    assert [card.one("div", "big").text() for card in cards.one("div", "cards").elements()] == [
+        "0",
+        "0",
+        "0 of 0",
+        "0 of 0",
+    ]
+    assert panels(page, "tools")[0].one("p", "none").text() == "No call refused."
+    (positions,) = panels(page, "positions")
+    rows = positions.all("tr", data_row="position")
+    assert [row.all("td", "num")[3].text() for row in rows] == ["–"] * len(POSITIONS)  # no share of no calls
+    assert all(widths(row) == (0.0, 0.0) for row in rows)  # no NaN, no overflow
+    assert panels(page, "loops")[0].one("p", "none").text().startswith("No no-progress loop")
+    assert panels(page, "harmful")[0].one("p", "none").text().startswith("No harmful refusal")
+    assert stray_text(page) == []
+    # no policy at all: the page still opens, with every heading and no panel
+    page = parse(render_html([], []))
+    lead = page.one("header").one("p", "lead").text()
+    assert lead.startswith(
+        "0 recorded trajectories (0 turns, 0 tool calls) from no files, replayed through 0 policies."
+    )
+    assert len(page.all("h2")) == 6 and page.all("div", "policy") == []
+
+
+def test_every_policy_needs_its_label() -> None:
+    tally = replay(Policy(), [poll_and_ping()])
+    for labels, tallies in ((["a"], [tally, tally]), (["a", "b"], [tally])):
+        with pytest.raises(ValueError, match="zip"):
+            render_html(labels, tallies)
