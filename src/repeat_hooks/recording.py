@@ -172,6 +172,11 @@ def field_digest(name: str, key: bytes = b"") -> str:
     return _digest(_dumps(name), key)
 
 
+def _digest_key(key: bytes) -> bytes:
+    """A digest key as the digests use it: a key longer than BLAKE2b takes (64 bytes) is hashed to 64."""
+    return key if len(key) <= 64 else hashlib.blake2b(key).digest()
+
+
 def key_check(key: bytes) -> str:
     """The fingerprint of a digest key a recording writes (``k``): tells which key made it, not the key."""
     return _digest(_KEY_CHECK, key)[:8]
@@ -221,6 +226,8 @@ def _deep_names(value: Any, key: bytes) -> set[str]:
                 stack.append(child)
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
+    if stack:  # too large to read every name: the replay must not take the names it holds as all of them
+        names.add("*")
     return names
 
 
@@ -354,7 +361,7 @@ class DigestRecorder:
         self.folder = Path(folder)
         self.max_bytes = max_bytes
         self.backups = backups
-        self._key = secret if len(secret) <= 64 else hashlib.blake2b(secret).digest()
+        self._key = _digest_key(secret)
         self._lock = threading.Lock()
         self._remove: Callable[[], None] | None = None
         self._order = 0
@@ -765,7 +772,7 @@ class DigestReader:
     ``trajectories()``."""
 
     def __init__(self, key: bytes = b"") -> None:
-        self.key = key
+        self.key = _digest_key(key)
         self._conversations: dict[Conversation, _Conversation] = {}
         self._labels: dict[str, bool] = {}
         self._waiting: dict[int, tuple[Conversation, dict[str, Any]]] = {}
@@ -876,6 +883,7 @@ def as_digests(trajectory: Trajectory, key: bytes = b"") -> DigestTrajectory:
     names of its top-level fields are kept beside (``DigestTrajectory.names``), never written."""
     if isinstance(trajectory, DigestTrajectory):
         return trajectory
+    key = _digest_key(key)
     reader = DigestReader(key)
     reader.read((_line_bytes(line).decode() for line, _, _ in _named(trajectory_lines(trajectory, key))), _never)
     names: dict[str, str] = {}
