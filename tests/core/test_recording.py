@@ -11,7 +11,9 @@ import logging
 import os
 import re
 import shutil
+import signal
 import threading
+import time
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -1177,7 +1179,16 @@ def test_a_forked_child_records_into_a_file_set_of_its_own(tmp_path: Path) -> No
             recorder.write_trajectory(dataclasses.replace(nested, id="child-1"))
         finally:
             os._exit(0)
-    assert os.waitpid(pid, 0)[1] == 0
+    for _ in range(600):  # a child stuck on a lock another thread held at the fork must fail this, not hang it
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise AssertionError("the forked child did not finish in 30 s")
+    assert status == 0
     recorder.write_trajectory(dataclasses.replace(nested, id="parent-2"))
     recorder.close()
     assert [line["c"] for line in calls_in(tmp_path) if "da" in line and line["c"].startswith("parent")] == [
