@@ -478,7 +478,7 @@ LENIENT = Policy(max_calls=None, max_cycle_period=None, max_opaque_runs=None)
 """Refuses nothing."""
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # built for each test (milliseconds): a test reads a page its own run rendered
 def two_policies() -> tuple[Tally, Tally, Element]:
     strict, lenient = (replay(policy, [poll_and_ping()]) for policy in (STRICT, LENIENT))
     assert (strict.waste_prevented, strict.harmful, lenient.refused, lenient.loops) == (4, 1, 0, 1)
