@@ -19,7 +19,18 @@ import pytest
 
 from repeat_hooks import Policy
 from repeat_hooks.cli import main
-from repeat_hooks.replay import MAX_LOOPS, MAX_TOOLS, POSITIONS, ROWS, RecordedCall, Tally, Trajectory, replay
+from repeat_hooks.replay import (
+    MAX_LOOPS,
+    MAX_TOOLS,
+    POSITIONS,
+    ROWS,
+    ContextCall,
+    HarmfulRefusal,
+    RecordedCall,
+    Tally,
+    Trajectory,
+    replay,
+)
 from repeat_hooks.report import render_html
 
 _TESTS = str(Path(__file__).resolve().parents[1])
@@ -724,3 +735,78 @@ def test_every_policy_needs_its_label() -> None:
     for labels, tallies in ((["a"], [tally, tally]), (["a", "b"], [tally])):
         with pytest.raises(ValueError, match="zip"):
             render_html(labels, tallies)
+
+
+def harmful_refusal(trajectory: str, seen: str | None) -> HarmfulRefusal:
+    """A refusal of ``track`` at call 3 of turn 2, among a run, a failure and an earlier refusal."""
+    return HarmfulRefusal(
+        trajectory=trajectory,
+        turn=2,
+        position=3,
+        tool="track",
+        rule="repeat",
+        seen=seen,
+        context=(
+            ContextCall(1, "track", "a1a1a1a1", "0e0e0e0e", ok=True, refused=False),
+            ContextCall(2, "lookup", "b2b2b2b2", "f0f0f0f0", ok=False, refused=False),
+            ContextCall(3, "track", "a1a1a1a1", "9n9n9n9n", ok=True, refused=True),
+            ContextCall(4, "track", "a1a1a1a1", "9n9n9n9n", ok=True, refused=True),
+        ),
+    )
+
+
+def harmful_panel(harmful: int, shown: int, seen: str | None = "0e0e0e0e") -> Element:
+    tally = Tally(harmful=harmful)
+    tally.harmful_refusals = [harmful_refusal(f"run-{n}", seen) for n in range(shown)]
+    (panel,) = panels(parse(render_html(["p"], [tally], [])), "harmful")
+    return panel
+
+
+AROUND = "up to 3 calls of its turn before and after it"
+
+
+def test_each_harmful_refusal_is_shown_with_what_it_would_have_returned_and_the_calls_around_it() -> None:
+    panel = harmful_panel(1, 1)
+    assert panel.one("p", "lead").text() == f"The one harmful refusal, shown with {AROUND}."
+    (item,) = panel.all("details", data_row="harmful")
+    assert "open" in item.attrs
+    summary = item.one("summary")  # two lines: what it would have returned, then where
+    assert summary.text().startswith(
+        "track refused (repeat): it would have returned 9n9n9n9n; the model had read 0e0e0e0e"
+    )
+    assert summary.one("span", "where").text() == "run-0, turn 2, call 3"
+    rows = [
+        ([cell.text() for cell in row.all("td")], "this" in row.classes) for row in item.all("tr", data_row="context")
+    ]
+    assert rows == [
+        (["1", "track", "a1a1a1a1", "0e0e0e0e", "ran"], False),
+        (["2", "lookup", "b2b2b2b2", "f0f0f0f0", "ran, failed"], False),
+        (["3", "track", "a1a1a1a1", "9n9n9n9n", "refused: new outcome"], True),
+        (["4", "track", "a1a1a1a1", "9n9n9n9n", "refused"], False),
+    ]
+    assert [row.one(data_field="status").classes for row in item.all("tr", data_row="context")] == [
+        {"status-ran"},
+        {"status-failed"},
+        {"status-refused"},
+        {"status-refused"},
+    ]
+    never_ran = harmful_panel(1, 1, seen=None).one("summary").text()
+    assert never_ran.startswith("track refused (repeat): it would have returned 9n9n9n9n; it had not run in the turn")
+
+
+@pytest.mark.parametrize(
+    ("harmful", "shown", "lead"),
+    [
+        (2, 2, f"All 2 harmful refusals, each shown with {AROUND}."),
+        (5, 4, f"The first 4 of 5 harmful refusals, each shown with {AROUND}."),
+        (1_234, 4, f"The first 4 of 1,234 harmful refusals, each shown with {AROUND}."),
+    ],
+)
+def test_the_harmful_refusals_say_how_many_are_shown_and_open_the_first_three(
+    harmful: int, shown: int, lead: str
+) -> None:
+    panel = harmful_panel(harmful, shown)
+    assert panel.one("p", "lead").text() == lead
+    items = panel.all("details", data_row="harmful")
+    assert [item.one(data_field="trajectory").text() for item in items] == [f"run-{n}" for n in range(shown)]
+    assert ["open" in item.attrs for item in items] == [n < 3 for n in range(shown)]
