@@ -8,12 +8,11 @@ import gc
 import gzip
 import json
 import logging
-import os
 import re
 import shutil
-import signal
+import subprocess
+import sys
 import threading
-import time
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -497,9 +496,6 @@ with DigestRecorder(folder, max_bytes=4096, backups=1000) as recorder:
 
 
 def test_processes_recording_into_one_folder_lose_no_line(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
     children = [
         subprocess.Popen(
             [sys.executable, "-c", CHILD, str(tmp_path), tag], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -1167,30 +1163,32 @@ def test_a_recorder_forgets_the_names_of_the_oldest_conversation_past_its_bound(
     assert said == [("c0", False), ("newest", True), ("c1", True), ("newest", False)]
 
 
+FORKS = """
+import dataclasses, os, sys
+from repeat_hooks.recording import DigestRecorder
+from repeat_hooks.replay import RecordedCall, Trajectory
+recorder = DigestRecorder(sys.argv[1])
+nested = Trajectory("parent", [[[RecordedCall("get", {"q": {"owner": 1}})]]])
+recorder.write_trajectory(nested)
+pid = os.fork()
+if pid == 0:  # the child: writes two conversations, then leaves at once
+    try:
+        for ident in ("child-1", "child-2", "child-1"):
+            recorder.write_trajectory(dataclasses.replace(nested, id=ident))
+    finally:
+        os._exit(0)
+assert os.waitpid(pid, 0)[1] == 0
+recorder.write_trajectory(dataclasses.replace(nested, id="parent-2"))
+recorder.close()
+"""
+"""A process that records, forks a child that records too, then records again (a fresh interpreter: forking the
+test run, with its threads, could leave the child stuck on a lock another thread held)."""
+
+
 def test_a_forked_child_records_into_a_file_set_of_its_own(tmp_path: Path) -> None:
-    recorder = DigestRecorder(tmp_path)
-    nested = Trajectory("parent", [[[RecordedCall("get", {"q": {"owner": 1}})]]])
-    recorder.write_trajectory(nested)
-    pid = os.fork()
-    if pid == 0:  # the child: writes two conversations, then leaves at once
-        try:
-            for ident in ("child-1", "child-2"):
-                recorder.write_trajectory(dataclasses.replace(nested, id=ident))
-            recorder.write_trajectory(dataclasses.replace(nested, id="child-1"))
-        finally:
-            os._exit(0)
-    for _ in range(600):  # a child stuck on a lock another thread held at the fork must fail this, not hang it
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        raise AssertionError("the forked child did not finish in 30 s")
-    assert status == 0
-    recorder.write_trajectory(dataclasses.replace(nested, id="parent-2"))
-    recorder.close()
+    command = [sys.executable, "-c", FORKS, str(tmp_path)]
+    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
     assert [line["c"] for line in calls_in(tmp_path) if "da" in line and line["c"].startswith("parent")] == [
         "parent",
         "parent-2",
