@@ -153,6 +153,12 @@ def _type_name(value: Any) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
+def digest_secret(key: bytes) -> bytes:
+    """A digest key as BLAKE2b takes it: one longer than 64 bytes is hashed to 64 (the guard's ``Policy`` and the
+    digest recordings key their digests with this)."""
+    return key if len(key) <= 64 else hashlib.blake2b(key).digest()
+
+
 def call_key(
     name: str, arguments: Any, *, by_arguments: bool = True, ignore: Iterable[str] = (), key: bytes = b""
 ) -> str:

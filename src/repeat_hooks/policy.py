@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 from . import observe
-from .call import MAX_NAME_CHARS, ToolCall, as_text, batch_call_ids, call_key
+from .call import MAX_NAME_CHARS, ToolCall, as_text, batch_call_ids, call_key, digest_secret
 from .decision import GuardEvent, Refusal, RefusalKind, Stop
 from .messages import REFUSAL_MESSAGES, REPEAT_MESSAGES, STOP_MESSAGES, TURN_ENDED, check_template, render
 from .result import REJECTED_OUTCOME, UNKNOWN_OUTCOME, outcome_digest
@@ -127,7 +127,7 @@ class Policy(WholeModel):
         super().model_post_init(context)
         if self.digest_key is not None:
             secret = self.digest_key.get_secret_value()
-            self._secret = secret if len(secret) <= 64 else hashlib.blake2b(secret).digest()
+            self._secret = digest_secret(secret)
             self._secret_id = hashlib.blake2b(b"", key=self._secret, digest_size=4, person=b"rh-key-id").hexdigest()
 
     @field_validator("digest_key")

@@ -111,7 +111,7 @@ from types import TracebackType
 from typing import IO, Any, BinaryIO
 
 from . import observe
-from .call import _dumps, _encode, _key_text, _parse, _plain, canonical_arguments
+from .call import _dumps, _encode, _key_text, _parse, _plain, canonical_arguments, digest_secret
 from .policy import Policy
 from .replay import UNRECORDED, NotReplayable, RecordedCall, Trajectory
 from .result import _OPAQUE, _STAND_IN, mask_volatile_tokens, model_view
@@ -170,11 +170,6 @@ def _digest(text: str, key: bytes) -> str:
 def field_digest(name: str, key: bytes = b"") -> str:
     """A field name as a recording writes it: the digest of the name as a JSON text (as that text as a value)."""
     return _digest(_dumps(name), key)
-
-
-def _digest_key(key: bytes) -> bytes:
-    """A digest key as the digests use it: a key longer than BLAKE2b takes (64 bytes) is hashed to 64."""
-    return key if len(key) <= 64 else hashlib.blake2b(key).digest()
 
 
 def key_check(key: bytes) -> str:
@@ -361,7 +356,7 @@ class DigestRecorder:
         self.folder = Path(folder)
         self.max_bytes = max_bytes
         self.backups = backups
-        self._key = _digest_key(secret)
+        self._key = digest_secret(secret)
         self._lock = threading.Lock()
         self._remove: Callable[[], None] | None = None
         self._order = 0
@@ -772,7 +767,7 @@ class DigestReader:
     ``trajectories()``."""
 
     def __init__(self, key: bytes = b"") -> None:
-        self.key = _digest_key(key)
+        self.key = digest_secret(key)
         self._conversations: dict[Conversation, _Conversation] = {}
         self._labels: dict[str, bool] = {}
         self._waiting: dict[int, tuple[Conversation, dict[str, Any]]] = {}
@@ -883,7 +878,7 @@ def as_digests(trajectory: Trajectory, key: bytes = b"") -> DigestTrajectory:
     names of its top-level fields are kept beside (``DigestTrajectory.names``), never written."""
     if isinstance(trajectory, DigestTrajectory):
         return trajectory
-    key = _digest_key(key)
+    key = digest_secret(key)
     reader = DigestReader(key)
     reader.read((_line_bytes(line).decode() for line, _, _ in _named(trajectory_lines(trajectory, key))), _never)
     names: dict[str, str] = {}
