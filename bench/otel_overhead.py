@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from repeat_hooks import GuardState, Policy, ToolCall
-from repeat_hooks.otel import RepeatHooksInstrumentor
+from repeat_hooks.observe.otel import RepeatHooksInstrumentor
 
 STEPS = 2_000
 ROUNDS = 21

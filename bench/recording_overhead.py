@@ -26,7 +26,7 @@ from interleave import interleave, median_ratio
 
 from repeat_hooks import StopRepeatedCalls, ToolCall
 from repeat_hooks.observe import scope
-from repeat_hooks.recording import DigestRecorder
+from repeat_hooks.offline.recording import DigestRecorder
 
 CASES: dict[str, tuple[dict[str, Any], Any]] = {
     "small": ({"tracking_number": "FR-7731"}, "in transit"),

@@ -51,7 +51,7 @@ from typing import Any
 from redis.asyncio import Connection, Redis
 
 from repeat_hooks import GuardState, Policy, ToolCall
-from repeat_hooks.redis import RedisStore
+from repeat_hooks.stores.redis import RedisStore
 
 ROUNDS = 7
 DECISIONS = 200

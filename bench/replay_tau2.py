@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from repeat_hooks import Policy
-from repeat_hooks.cli import main, read_trajectories, table
-from repeat_hooks.replay import RecordedCall, Tally, Trajectory, replay
+from repeat_hooks.offline.cli import main, read_trajectories, table
+from repeat_hooks.offline.replay import RecordedCall, Tally, Trajectory, replay
 
 CORPUS = Path(__file__).resolve().parent / "corpora" / "tau2.jsonl.gz"
 POLICIES = ("{}", '{"count": "per_turn"}', '{"max_cycle_period": null}', '{"max_calls": 3}')

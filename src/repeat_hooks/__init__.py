@@ -1,33 +1,34 @@
-"""repeat-hooks: stop LLM agents from calling the same tool over and over."""
+"""repeat-hooks: stop LLM agents from calling the same tool over and over.
+
+The front door holds what a user of the core needs: the hook (``StopRepeatedCalls``), its settings
+(``Policy``), a tool call (``ToolCall``), the decisions and their reasons, one conversation's ``GuardState``, the
+store seam with its in-process store, the prices a cost budget reads and the errors. The rest lives in its wing:
+
+- ``repeat_hooks.stores``: ``MemoryStore``, ``stores.redis.RedisStore``;
+- ``repeat_hooks.observe``: observers, ``observe.otel`` (OpenTelemetry);
+- ``repeat_hooks.kit``: for adapter authors (setup checks, clock, usage readers, the conformance kit);
+- ``repeat_hooks.offline``: recordings, replay, tune, the HTML report, the console script.
+
+Importing ``repeat_hooks`` loads none of the offline tools, nor OpenTelemetry.
+"""
 
 import logging
+from typing import Any
 
-from .call import ToolCall, batch_call_ids, call_key, canonical_arguments
-from .clock import Clock, Stopwatch
-from .cost import CostOf, TokenPrices, usage_tokens
-from .decision import GuardEvent, Refusal, RefusalKind, Stop
-from .guard import StopRepeatedCalls
-from .misuse import check_budgets, check_feeds, check_tool_names, policy_from
+from . import _moved
+from .call import ToolCall
+from .decision import GuardEvent, Refusal, RefusalKind, Stop, StopReason
+from .errors import GuardSetupError, StateCorrupt, StoreContention, StoreUnavailable
+from .hook import StopRepeatedCalls
+from .kit.usage import TokenPrices
 from .policy import Policy
-from .result import VOLATILE, error_text, model_view, outcome_digest
-from .setup_error import GuardSetupError
-from .state import GuardState, load_state
-from .stop_reason import StopReason
-from .stop_rule import STOP_RULES, Feed, HookPoint, StopRule
-from .store import MemoryStore, StateStore
-from .store_errors import StateCorrupt, StoreContention, StoreUnavailable
-from .turn import Turn
+from .state import GuardState
+from .stores import MemoryStore, StateStore
 
 __all__ = [
-    "STOP_RULES",
-    "VOLATILE",
-    "Clock",
-    "CostOf",
-    "Feed",
     "GuardEvent",
     "GuardSetupError",
     "GuardState",
-    "HookPoint",
     "MemoryStore",
     "Policy",
     "Refusal",
@@ -37,27 +38,18 @@ __all__ = [
     "Stop",
     "StopReason",
     "StopRepeatedCalls",
-    "StopRule",
-    "Stopwatch",
     "StoreContention",
     "StoreUnavailable",
     "TokenPrices",
     "ToolCall",
-    "Turn",
-    "batch_call_ids",
-    "call_key",
-    "canonical_arguments",
-    "check_budgets",
-    "check_feeds",
-    "check_tool_names",
-    "error_text",
-    "load_state",
-    "model_view",
-    "outcome_digest",
-    "policy_from",
-    "usage_tokens",
 ]
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 logging.getLogger("repeat_hooks").addHandler(logging.NullHandler())
+_moved.install()
+
+
+def __getattr__(name: str) -> Any:
+    """The names that moved out of the front door in 0.3, with a ``DeprecationWarning`` naming their new home."""
+    return _moved.moved_name(name)

@@ -1,5 +1,5 @@
 """``python -m repeat_hooks replay ...``: the same as the ``repeat-hooks`` console script."""
 
-from .cli import main
+from .offline.cli import main
 
 raise SystemExit(main())

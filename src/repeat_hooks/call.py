@@ -37,7 +37,7 @@ _C_ENCODER: Any = (
 )
 
 
-def _dumps(value: Any) -> str:
+def json_text(value: Any) -> str:
     """``_ENCODER.encode(value)``, without building the C encoder again on every call (the hot path's
     largest cost): the same text; no check for cycles, which end in ``RecursionError`` instead."""
     if _C_ENCODER is None or type(value) is str:
@@ -137,15 +137,15 @@ def canonical_arguments(arguments: Any, ignore: Iterable[str] = ()) -> str:
     """
     ignored = ignore if type(ignore) is frozenset else frozenset(ignore)
     try:
-        value = _parse(arguments)
+        value = parsed_arguments(arguments)
         if not ignored:
             try:
-                return _dumps(value)
+                return json_text(value)
             except (TypeError, ValueError, RecursionError):
                 pass
-        return _encode(value, ignored)
+        return canonical_json(value, ignored)
     except Exception:  # a hostile container (items() or __len__ raising, ...): its type is all that is safe
-        return _dumps(f"<unreadable {_type_name(arguments)}>")
+        return json_text(f"<unreadable {_type_name(arguments)}>")
 
 
 def _type_name(value: Any) -> str:
@@ -172,7 +172,7 @@ def call_key(
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16, key=key).hexdigest()
 
 
-def _parse(arguments: Any) -> Any:
+def parsed_arguments(arguments: Any) -> Any:
     if type(arguments) is dict:
         return arguments
     if isinstance(arguments, (bytes, bytearray, memoryview)):
@@ -189,8 +189,8 @@ def _parse(arguments: Any) -> Any:
     return arguments
 
 
-def _encode(root: Any, ignored: frozenset[str]) -> str:
-    """Canonical JSON without recursion: same text as ``_dumps`` where ``_dumps`` works."""
+def canonical_json(root: Any, ignored: frozenset[str]) -> str:
+    """Canonical JSON without recursion: same text as ``json_text`` where ``json_text`` works."""
     out: list[str] = []
     # The stack holds values to encode, or _Text to emit; a _Text that closes a container takes it off the path.
     stack: list[Any] = [root]
@@ -205,23 +205,23 @@ def _encode(root: Any, ignored: frozenset[str]) -> str:
         if type(item) is _Raw:
             out.append(item.text)
             continue
-        value = _plain(item)
+        value = plain_value(item)
         if not isinstance(value, (Mapping, list, tuple)):
             out.append(_scalar(value))
             continue
-        ident = id(item)  # the original object: a stand-in built by _plain is new on every visit
+        ident = id(item)  # the original object: a stand-in built by plain_value is new on every visit
         if ident in on_path:
             out.append(_CYCLE)
             continue
         on_path.add(ident)
         if isinstance(value, Mapping):
-            keyed = ((_key_text(k), v) for k, v in value.items())
+            keyed = ((key_text(k), v) for k, v in value.items())
             items = sorted(((k, v) for k, v in keyed if k not in ignored), key=_first)
             stack.append(_Text("}", ident))
             for index in range(len(items) - 1, -1, -1):
                 key, child = items[index]
                 stack.append(child)
-                stack.append(_Text(("," if index else "") + _dumps(key) + ":"))
+                stack.append(_Text(("," if index else "") + json_text(key) + ":"))
             out.append("{")
         else:
             stack.append(_Text("]", ident))
@@ -254,22 +254,22 @@ class _Text:
         self.closes = closes
 
 
-def _key_text(key: Any) -> str:
+def key_text(key: Any) -> str:
     """An object key as JSON writes it: strings as they are, ``1``, ``1.5``, ``true``, ``null``; any other key
     as its stable form (bytes decoded, a frozenset as its canonical list, an object as its type)."""
     if isinstance(key, str):
         return key
     if key is None or isinstance(key, (int, float)):
         return _scalar(key)
-    value = _plain(key)
+    value = plain_value(key)
     if isinstance(value, str):
         return value
     if isinstance(value, (Mapping, list, tuple)):
-        return _encode(key, frozenset())
+        return canonical_json(key, frozenset())
     return _scalar(value)
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
     """A JSON-like stand-in for values JSON cannot hold."""
     if value is None or isinstance(value, (str, int, float, dict, list, tuple)):
         return value
@@ -277,7 +277,7 @@ def _plain(value: Any) -> Any:
         return value
     if isinstance(value, (set, frozenset)):
         try:  # members written once, in canonical order: nested sets grow linearly, not exponentially
-            return [_Raw(text) for text in sorted(_encode(v, frozenset()) for v in value)]
+            return [_Raw(text) for text in sorted(canonical_json(v, frozenset()) for v in value)]
         except RecursionError:
             return f"<{_type_name(value)} nested too deep>"
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -297,12 +297,12 @@ def _scalar(value: Any) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     try:
-        return _dumps(value)
+        return json_text(value)
     except (TypeError, ValueError):
         pass
     if isinstance(value, int):  # over the int-to-text digit limit: its hex form has no limit
-        return _dumps(f"<int {hex(value)}>")
+        return json_text(f"<int {hex(value)}>")
     try:
-        return _dumps(repr(value))
+        return json_text(repr(value))
     except Exception:
-        return _dumps(f"<{_type_name(value)}>")
+        return json_text(f"<{_type_name(value)}>")

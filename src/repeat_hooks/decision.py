@@ -1,17 +1,43 @@
-"""What the guard hands back: a refusal of one call, a stop of the turn, and the events it keeps."""
+"""What the guard decides: a refusal of one call, a stop of the turn, their reasons, and the events it keeps.
+
+A ``Refusal``'s reason is the rule that refused the call (a ``RefusalKind``); a ``Stop``'s reason is the rule
+that ended the turn (a ``StopReason``). A ``GuardEvent`` keeps either, with its count and limit, in the state.
+"""
 
 from __future__ import annotations
 
+import warnings
 from enum import Enum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .stop_reason import StopReason
+
+class StopReason(str, Enum):
+    """Why a turn was ended. Every stop has exactly one."""
+
+    REPEATED_CALL = "repeated_call"
+    """``max_refusals=0``: the first refused call ends the turn."""
+    IGNORED_REFUSALS = "ignored_refusals"
+    """The model kept calling after ``max_refusals`` refusals."""
+    TOO_MANY_ERRORS = "too_many_errors"
+    """``max_errors_in_a_row`` tool calls failed in a row."""
+    MAX_STEPS = "max_steps"
+    """The turn made ``max_model_calls`` model calls."""
+    TIME = "time"
+    """The turn's recorded model time went over ``max_model_seconds``."""
+    COST = "cost"
+    """The turn's recorded cost went over ``max_cost_usd``."""
+    STORE_UNAVAILABLE = "store_unavailable"
+    """The guard could not read the conversation's state (its store failed) and fails closed (``fail="closed"``).
+    An adapter's decision, never the policy's."""
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class RefusalKind(str, Enum):
-    """Which rule refused a call. Each kind has its own text (``messages.REFUSAL_MESSAGES``)."""
+    """Which rule refused a call: a ``Refusal``'s reason. Each kind has its own text (``messages``)."""
 
     REPEAT = "repeat"
     """The same call ran ``max_calls`` times with nothing since that could change its result."""
@@ -25,29 +51,67 @@ class RefusalKind(str, Enum):
     """The call acts on the world (``destructive``, not idempotent) and the same call already succeeded
     with nothing else changed since: running it again would do it twice."""
     REJECTED = "rejected"
-    """The same call was rejected before it ran (a human reviewer or a guardrail: ``withdraw_tool_call``)
+    """The same call was rejected before it ran (a human reviewer or a guardrail: ``post_tool_rejected``)
     ``max_calls`` times, with nothing changed since: asking again would be rejected again."""
     OPAQUE = "opaque"
     """The call's result could not be compared (no stable form) and it already ran ``max_opaque_runs``
     times in this turn."""
     TURN_ENDED = "turn_ended"
     """The turn has already stopped: no call runs any more."""
+    STORE_UNAVAILABLE = "store_unavailable"
+    """The guard could not read the conversation's state (its store failed) and fails closed (``fail="closed"``):
+    an adapter's decision, never the policy's."""
 
     def __str__(self) -> str:
         return self.value
 
 
+def _moved(old: str, new: str) -> None:
+    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=3)
+
+
 class Refusal(BaseModel):
-    """``pre_tool_call`` refused the call: the tool must not run, and the model gets ``message`` instead."""
+    """``pre_tool_call`` refused the call: the tool must not run, and the model gets ``message`` instead.
+
+    A refusal saved by 0.2 (its rule in ``kind``, ``reason`` always ``"repeated_call"``) loads as the same
+    refusal.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     message: str
     """The text to hand the model as the call's result."""
-    reason: StopReason
-    """Why, as a stop reason: ``repeated_call``, or the reason the turn already stopped."""
-    kind: RefusalKind = RefusalKind.REPEAT
-    """Which rule refused it."""
+    reason: RefusalKind = RefusalKind.REPEAT
+    """The rule that refused it."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_0_2(cls, data: Any) -> Any:
+        """0.2 kept the rule in ``kind`` and a stop reason in ``reason``: the rule is the reason now."""
+        if isinstance(data, dict) and ("kind" in data or _names_a_stop(data.get("reason"))):
+            data = dict(data)
+            kind = data.pop("kind", None)
+            reason = data.get("reason")
+            if kind is not None:
+                data["reason"] = kind
+            elif _names_a_stop(reason):
+                data["reason"] = RefusalKind.REPEAT if reason == StopReason.REPEATED_CALL else RefusalKind.TURN_ENDED
+        return data
+
+    @property
+    def kind(self) -> RefusalKind:
+        """Deprecated: the rule is ``reason``."""
+        _moved("Refusal.kind", "Refusal.reason (the rule that refused the call)")
+        return self.reason
+
+
+_STOP_VALUES = frozenset({"repeated_call", "ignored_refusals", "too_many_errors", "max_steps", "time", "cost"})
+"""The stop reasons of 0.2, which it kept in every refusal's ``reason``."""
+
+
+def _names_a_stop(value: Any) -> bool:
+    """``value`` is a ``StopReason`` or its text (what 0.2 kept in a refusal's ``reason``)."""
+    return isinstance(value, str) and str.__str__(value) in _STOP_VALUES
 
 
 class Stop(BaseModel):
@@ -62,12 +126,17 @@ class Stop(BaseModel):
 
 
 class GuardEvent(BaseModel):
-    """A refusal or a stop, kept in the state for whoever reads it later (no argument values)."""
+    """A refusal or a stop, kept in the state for whoever reads it later (no argument values).
+
+    An event saved by 0.2 (a refusal's rule in ``refusal``) loads as the same event.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: Literal["refusal", "stop"]
-    reason: StopReason
+    """What the guard did: refused a call, or stopped the turn."""
+    reason: RefusalKind | StopReason
+    """A refusal's rule (a ``RefusalKind``), or a stop's reason (a ``StopReason``)."""
     tool: str | None
     """The tool refused, or the tool that tripped the stop (``None`` for budgets)."""
     count: Annotated[float, Field(allow_inf_nan=False)]
@@ -78,9 +147,36 @@ class GuardEvent(BaseModel):
     """The turn's number in this state: 1 for the first turn."""
     message: str | None = None
     """For a stop, its final message (a stop's text holds no argument values); ``None`` for a refusal."""
-    refusal: RefusalKind | None = None
-    """For a refusal, the rule that refused the call; ``None`` for a stop."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reason_by_kind(cls, data: Any) -> Any:
+        """A refusal's reason read as a ``RefusalKind``, a stop's as a ``StopReason`` (their texts may be equal); 0.2
+        kept a refusal's rule in ``refusal`` (and ``"repeated_call"`` in ``reason``)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        rule = data.pop("refusal", None)
+        kind, reason = data.get("kind"), data.get("reason")
+        if kind == "refusal" and (rule is not None or _names_a_stop(reason)):
+            reason = rule if rule is not None else RefusalKind.REPEAT
+        want = RefusalKind if kind == "refusal" else StopReason if kind == "stop" else None
+        if want is not None and isinstance(reason, str) and not isinstance(reason, want):
+            try:
+                reason = want(str.__str__(reason))
+            except ValueError:
+                raise ValueError(f"a {kind} event's reason is a {want.__name__}, not {reason!r}") from None
+        data["reason"] = reason
+        return data
+
+    @property
+    def refusal(self) -> RefusalKind | None:
+        """Deprecated: a refusal's rule is ``reason``."""
+        _moved("GuardEvent.refusal", "GuardEvent.reason (a refusal's rule)")
+        return self.reason if isinstance(self.reason, RefusalKind) else None
 
     def as_stop(self) -> Stop | None:
         """The ``Stop`` this event recorded, or ``None`` for a refusal."""
-        return None if self.kind != "stop" or self.message is None else Stop(message=self.message, reason=self.reason)
+        if not isinstance(self.reason, StopReason) or self.message is None:
+            return None
+        return Stop(message=self.message, reason=self.reason)

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import string
 
-from .decision import RefusalKind
-from .stop_reason import StopReason
+from .decision import RefusalKind, StopReason
 
 PLACEHOLDERS = frozenset({"tool", "count", "limit"})
 
@@ -57,6 +56,13 @@ REFUSE_REJECTED = (
     "different, or give your answer with what you know."
 )
 TURN_ENDED = "Refused: this turn has ended ({reason}). Do not call any more tools: answer with what you know."
+STORE_DOWN_REFUSAL = (
+    "Refused: the loop guard could not read this turn's calls, so no tool may run now. "
+    "Do not call tools again: answer with what you know."
+)
+"""What the model reads for a call refused because the guard's store failed (``fail="closed"``)."""
+STORE_DOWN_STOP = "I stopped: the loop guard could not read this turn's calls. Try again later."
+"""The final message of a turn ended because the guard's store failed (``fail="closed"``)."""
 
 REPEAT_MESSAGES: dict[tuple[str, str], str] = {
     ("per_turn", "tool_and_arguments"): REFUSE_SAME_ARGUMENTS,
@@ -72,6 +78,7 @@ REFUSAL_MESSAGES: dict[RefusalKind, str] = {
     RefusalKind.DUPLICATE_WRITE: REFUSE_DUPLICATE_WRITE,
     RefusalKind.OPAQUE: REFUSE_OPAQUE,
     RefusalKind.REJECTED: REFUSE_REJECTED,
+    RefusalKind.STORE_UNAVAILABLE: STORE_DOWN_REFUSAL,
 }
 """The text of every other refusal kind (``TURN_ENDED`` names the stop's reason instead)."""
 
@@ -89,6 +96,7 @@ STOP_MESSAGES: dict[StopReason, str] = {
     StopReason.MAX_STEPS: "I stopped: this turn reached its limit of {limit} model calls.",
     StopReason.TIME: "I stopped: this turn used up its budget of {limit} seconds of model time.",
     StopReason.COST: "I stopped: this turn used up its budget of {limit} US dollars.",
+    StopReason.STORE_UNAVAILABLE: STORE_DOWN_STOP,
 }
 
 

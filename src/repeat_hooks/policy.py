@@ -5,8 +5,11 @@ adapter can keep the state wherever its runtime needs it (on the hook, in the SD
 ``StateStore``) and call the same rules. No I/O, no clock, no randomness: a replay decides the same.
 
 The verbs say what they do. ``decide_*`` decides *and counts* (call it once per event; a delivery id
-makes a second delivery harmless); ``record_*`` records what happened; ``start_turn`` starts a turn.
-``hook_points`` and ``feeds`` are pure: what an adapter must call and provide for these settings.
+makes a second delivery harmless) and returns the decision; ``record_*`` records what happened; ``start_turn``
+starts a turn. They tell nobody: on a state that is listening (``GuardState.listen``) each fresh decision or
+record leaves an observation, which whoever commits the state hands to the observers (``repeat_hooks.observe``).
+``hook_points`` and ``feeds`` are pure: what an adapter must call and provide for these settings. The counting
+itself lives in ``counting``.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ import hashlib
 import logging
 import math
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -26,17 +29,14 @@ from pydantic import ConfigDict, Field, PrivateAttr, SecretBytes, field_serializ
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-from . import observe
+from . import counting
 from .call import MAX_NAME_CHARS, ToolCall, as_text, batch_call_ids, call_key, digest_secret
-from .decision import GuardEvent, Refusal, RefusalKind, Stop
+from .decision import GuardEvent, Refusal, RefusalKind, Stop, StopReason
+from .errors import GuardSetupError
 from .messages import REFUSAL_MESSAGES, REPEAT_MESSAGES, STOP_MESSAGES, TURN_ENDED, check_template, render
-from .result import REJECTED_OUTCOME, UNKNOWN_OUTCOME, outcome_digest
-from .setup_error import GuardSetupError
-from .state import SEEN, Delivery, GuardState
-from .stop_reason import StopReason
-from .stop_rule import STOP_RULES, Feed, HookPoint
-from .turn import MAX_KEYS, MAX_RUNS, Mark, Turn
-from .whole import WholeModel
+from .observation import ModelCallDecided, ModelCallRecorded, ToolCallDecided, ToolResultRecorded, TurnStarted, Where
+from .state import MAX_KEYS, MAX_RUNS, SEEN, Delivery, GuardState, Turn, WholeModel
+from .stop_rules import STOP_RULES, Feed, HookPoint
 
 logger = logging.getLogger("repeat_hooks")
 
@@ -221,92 +221,11 @@ class Policy(WholeModel):
 
         ``None`` always starts a new turn. Returns nothing.
         """
-        if turn_id is not None and (type(turn_id) is not str or not turn_id.isascii() or len(turn_id) > MAX_NAME_CHARS):
-            turn_id = as_text(turn_id)
-        if turn_id is None or turn_id != state.turn.id:
-            state.start(turn_id)
-            if observe.OBSERVERS:
-                observe.tell(observe.TurnStarted(_where(state.turn)))
-
-    def decide_tool_call(self, state: GuardState, call: ToolCall, *, turn_id: str | None = None) -> Refusal | None:
-        """Before a tool runs: decide and count the call; ``None`` lets it run, a ``Refusal`` replaces its result.
-
-        A ``call_id`` already decided in this model response (a second delivery, or a call decided with its
-        batch by ``decide_tool_calls``) returns the first decision without counting again. A ``turn_id``
-        other than the current one starts that turn first.
-        """
-        if (state.key_id is not None or self.digest_key is not None) and state.key_id != self._secret_id:
-            self._adopt_key(state)
-        turn = state.turn
-        if turn_id is not None and (type(turn_id) is not str or turn_id != turn.id):
-            turn = _enter(state, turn_id)
-        name = call.name
-        if turn.batch == turn.responses:  # this response's calls were decided as a batch: find this one's
-            found = self._from_batch(state, turn, call)
-            if found is not None:
-                return found[0]
-        scoped = _scoped(turn, call.call_id) if call.call_id else None
-        if scoped is not None:
-            seen = state.deliveries.get(scoped)
-            if seen is not None and seen.tool == name and not seen.settled and seen.key == self._key(call):
-                return self._refusal(seen.tool, seen.number, RefusalKind(seen.why)) if seen.refused else None
-        decision, event = self._decide(state, turn, call, scoped)
-        if observe.OBSERVERS:
-            observe.tell(
-                observe.ToolCallDecided(
-                    _where(turn),
-                    call,
-                    self._key(call),
-                    decision,
-                    event,
-                    turn.model_seconds / turn.model_calls if turn.model_calls else 0.0,
-                    turn.cost_usd / turn.model_calls if turn.model_calls else 0.0,
-                )
-            )
-        return decision
-
-    def _decide(
-        self, state: GuardState, turn: Turn, call: ToolCall, scoped: str | None
-    ) -> tuple[Refusal | None, GuardEvent | None]:
-        """A call not decided before in this response: decide and count it; the refusal's event, if any."""
-        name = call.name
-        if name in self.exempt:
-            return None, None
-        if turn.stop is not None:
-            reason = turn.stop.reason
-            refusal = Refusal(
-                message=TURN_ENDED.format(reason=reason.value), reason=reason, kind=RefusalKind.TURN_ENDED
-            )
-            return refusal, None
-        limit = self.limits.get(name, self.max_calls)
-        if limit is None:
-            return None, None
-        key = self._key(call)
-        if self.count == "per_turn":
-            count = self._count(turn, key, restart=False)
-            refused, kind = count > limit, RefusalKind.REPEAT
+        if turn_id is None:
+            state.start(None)
+            _told(state, TurnStarted(_where(state.turn)))
         else:
-            refused, kind, count = self._count_progress(turn, call, key, limit)
-        if refused:
-            if limit == 0:
-                kind = RefusalKind.FORBIDDEN
-        elif len(turn.runs) >= 4:  # runs are kept with count="progress" and max_cycle_period set
-            period = self._cycle(turn.runs, key)
-            if period is not None:
-                refused, kind, count = True, RefusalKind.CYCLE, period
-        if scoped is not None:
-            why = kind.value if refused else ""
-            delivery = Delivery(tool=name, key=key, number=count, refused=refused, settled=False, why=why)
-            state.remember(scoped, delivery)
-        if not refused:
-            return None, None
-        turn.refusals += 1
-        if turn.refused_in != turn.responses:
-            turn.refused_in = turn.responses
-            turn.refused_responses += 1
-        turn.last_refused = name
-        event = self._event(state, "refusal", StopReason.REPEATED_CALL, name, count, limit, refusal=kind)
-        return self._refusal(name, count, kind), event
+            _turn_of(state, turn_id)
 
     def decide_tool_calls(
         self, state: GuardState, calls: Sequence[ToolCall], *, turn_id: str | None = None
@@ -318,27 +237,30 @@ class Policy(WholeModel):
         it is found by its ``call_id``, or, for calls without one or sharing one, by its tool and arguments, each
         batch decision taken once, in order.
         """
-        turn = _enter(state, turn_id)
-        ids = batch_call_ids(calls)
+        self._check_key(state)
+        turn = _turn_of(state, turn_id)
         turn.batch = -1  # decided afresh, not looked up in an earlier batch of this response
-        batch = [
-            (call, call if ident and call.call_id == ident else replace(call, call_id=ident or f"#{index}"))
-            for index, (call, ident) in enumerate(zip(calls, ids, strict=True))
-        ]
-        with observe.held() if observe.OBSERVERS else nullcontext() as kept:
-            decisions = [Policy.decide_tool_call(self, state, decided) for _, decided in batch]
+        decisions = []
+        for index, (call, ident) in enumerate(zip(calls, batch_call_ids(calls), strict=True)):
+            decided = call if ident and call.call_id == ident else replace(call, call_id=ident or f"#{index}")
+            decisions.append(self._decide_call(state, turn, decided, call))
         turn.batch = turn.responses
-        if kept:  # observers hear the calls as the model gave them, not with the ids that told them apart
-            given = {decided.call_id: call for call, decided in batch}
-            observe.tell_all(
-                [
-                    replace(seen, call=given.get(seen.call.call_id, seen.call))
-                    if isinstance(seen, observe.ToolCallDecided)
-                    else seen
-                    for seen in kept
-                ]
-            )
         return decisions
+
+    def decide_tool_call(self, state: GuardState, call: ToolCall, *, turn_id: str | None = None) -> Refusal | None:
+        """Before a tool runs: decide and count the call; ``None`` lets it run, a ``Refusal`` replaces its result.
+
+        A ``call_id`` already decided in this model response (a second delivery, or a call decided with its
+        batch by ``decide_tool_calls``) returns the first decision without counting again. A ``turn_id``
+        other than the current one starts that turn first.
+        """
+        self._check_key(state)
+        turn = _turn_of(state, turn_id)
+        if turn.batch == turn.responses:  # this response's calls were decided as a batch: find this one's
+            found = self._from_batch(state, turn, call)
+            if found is not None:
+                return found[0]
+        return self._decide_call(state, turn, call, call)
 
     def record_tool_result(
         self,
@@ -360,48 +282,18 @@ class Policy(WholeModel):
         An outcome delivered twice is recorded once: by ``delivery_id`` when the runtime delivers outcomes
         separately from their calls (a hook call per activity), else by the ``call_id`` its decision saw.
         """
-        if (state.key_id is not None or self.digest_key is not None) and state.key_id != self._secret_id:
-            self._adopt_key(state)
-        turn = _enter(state, turn_id)
+        self._check_key(state)
+        turn = _turn_of(state, turn_id)
         if delivery_id is not None and _seen_before(state, delivery_id):
             return
-        ok = _flag(ok)
-        key: str | None = None
-        scoped = _scoped(turn, call.call_id)
-        if scoped is not None:
-            seen = state.deliveries.get(scoped)
-            if seen is not None and seen.tool == call.name:
-                if seen.settled or seen.refused:
-                    return
-                state.deliveries[scoped] = seen._replace(settled=True)
-                key = seen.key
-        self._record(turn, call, ok, result, key)
-        if observe.OBSERVERS:
-            observe.tell(observe.ToolResultRecorded(_where(turn), call, ok, result))
-
-    def _record(self, turn: Turn, call: ToolCall, ok: bool, result: Any, key: str | None) -> None:
-        """An outcome not recorded before: errors in a row, and with ``count="progress"`` the call's progress."""
-        name = call.name
-        if ok:
-            turn.errors_in_a_row = 0
-        else:
-            turn.errors_in_a_row += 1
-            turn.last_failed = name
-        progress = self.count == "progress"
-        if name in self.exempt:
-            if progress and ok and not self._read_only(call):
-                turn.changes += 1  # not counted, but it may still change what other calls return
+        ok = _as_ok(ok)
+        found = _settle(state, turn, call)
+        if found is False:
             return
-        if not progress and (ok or self.count_failures):
-            return
-        if key is None:
-            key = self._key(call)
-        if not ok and not self.count_failures:
-            self._uncount(turn, key)
-        if progress:
-            self._progress(turn, call, key, ok, result)
+        self._record(turn, call, ok, result, found)
+        _told(state, ToolResultRecorded(_where(turn), call, ok, result))
 
-    def withdraw_tool_call(self, state: GuardState, call: ToolCall, *, turn_id: str | None = None) -> None:
+    def record_rejection(self, state: GuardState, call: ToolCall, *, turn_id: str | None = None) -> None:
         """A call decided to run did not run after all (a human or another guardrail rejected it): it waits for
         no outcome, and counts as a call that was rejected. Returns nothing.
 
@@ -414,26 +306,17 @@ class Policy(WholeModel):
         Found by its ``call_id`` in this response (as its decision saw it); without an id, the call's key is
         marked. A refused call, or one whose outcome was recorded, is left as it is.
         """
-        if (state.key_id is not None or self.digest_key is not None) and state.key_id != self._secret_id:
-            self._adopt_key(state)
-        turn = _enter(state, turn_id)
-        scoped = _scoped(turn, call.call_id)
-        key: str | None = None
-        if scoped is not None:
-            seen = state.deliveries.get(scoped)
-            if seen is not None and seen.tool == call.name:
-                if seen.settled or seen.refused:
-                    return
-                state.deliveries[scoped] = seen._replace(settled=True)
-                key = seen.key
-        if call.name in self.exempt or self.count != "progress":
+        self._check_key(state)
+        turn = _turn_of(state, turn_id)
+        found = _settle(state, turn, call)
+        if found is False or call.name in self.exempt or self.count != "progress":
             return  # per turn: a rejected call counts as the call it was
-        if key is None:
-            key = self._key(call)
-        if key in turn.counts:  # marks are kept for counted keys only: the state stays bounded
-            mark = turn.marks.get(key)
-            changes, opaque = (turn.changes, 0) if mark is None else (mark.changes, mark.opaque)
-            turn.marks[key] = Mark(changes=changes, outcome=REJECTED_OUTCOME, ok=False, opaque=opaque)
+        counting.record_rejected(turn, found if found is not None else self._key(call))
+
+    def withdraw_tool_call(self, state: GuardState, call: ToolCall, *, turn_id: str | None = None) -> None:
+        """Deprecated: ``record_rejection``."""
+        warnings.warn("Policy.withdraw_tool_call is deprecated: use Policy.record_rejection", DeprecationWarning, 2)
+        self.record_rejection(state, call, turn_id=turn_id)
 
     def decide_model_call(self, state: GuardState, *, turn_id: str | None = None) -> Stop | None:
         """Before a model call: ``None`` lets it happen; a ``Stop`` ends the turn with its final message.
@@ -442,9 +325,8 @@ class Policy(WholeModel):
         turn has stopped, every later call returns the same ``Stop``. Each call let through starts a new
         model response (for counting refusals per response, and for scoping call ids).
         """
-        if (state.key_id is not None or self.digest_key is not None) and state.key_id != self._secret_id:
-            self._adopt_key(state)
-        turn = _enter(state, turn_id)
+        self._check_key(state)
+        turn = _turn_of(state, turn_id)
         if turn.stop is not None:
             return turn.stop
         for rule in STOP_RULES:
@@ -453,7 +335,7 @@ class Policy(WholeModel):
                 continue
             value = getattr(turn, rule.counter)
             reason = rule.reason
-            if rule.reason is StopReason.IGNORED_REFUSALS:
+            if reason is StopReason.IGNORED_REFUSALS:
                 tripped = value >= max(1, limit)
                 if limit == 0:
                     reason = StopReason.REPEATED_CALL
@@ -465,12 +347,10 @@ class Policy(WholeModel):
                 stop = Stop(message=render(template, tool, value, limit), reason=reason)
                 turn.stop = stop
                 event = self._event(state, "stop", reason, tool, value, limit, message=stop.message)
-                if observe.OBSERVERS:
-                    observe.tell(observe.ModelCallDecided(_where(turn), stop, event))
+                _told(state, ModelCallDecided(_where(turn), stop, event))
                 return stop
         state.next_response()
-        if observe.OBSERVERS:
-            observe.tell(observe.ModelCallDecided(_where(turn), None, None))
+        _told(state, ModelCallDecided(_where(turn), None, None))
         return None
 
     def record_model_call(
@@ -488,19 +368,72 @@ class Policy(WholeModel):
         ones, and totals past the largest float, count as the largest float (any budget trips), so the
         state stays finite and serializable.
         """
-        if (state.key_id is not None or self.digest_key is not None) and state.key_id != self._secret_id:
-            self._adopt_key(state)
-        turn = _enter(state, turn_id)
+        self._check_key(state)
+        turn = _turn_of(state, turn_id)
         if delivery_id is not None and _seen_before(state, delivery_id):
             return
         turn.model_calls += 1
-        seconds, cost_usd = _amount(seconds, "seconds"), _amount(cost_usd, "cost_usd")
+        seconds, cost_usd = _as_figure(seconds, "seconds"), _as_figure(cost_usd, "cost_usd")
         turn.model_seconds = min(turn.model_seconds + seconds, _LARGEST)
         turn.cost_usd = min(turn.cost_usd + cost_usd, _LARGEST)
-        if observe.OBSERVERS:
-            observe.tell(observe.ModelCallRecorded(_where(turn), seconds, cost_usd))
+        _told(state, ModelCallRecorded(_where(turn), seconds, cost_usd))
 
-    # -- helpers --------------------------------------------------------------------------------------
+    # -- how a call is decided ----------------------------------------------------------------------
+
+    def _decide_call(self, state: GuardState, turn: Turn, call: ToolCall, given: ToolCall) -> Refusal | None:
+        """``call`` (``given``, as the model gave it, for the observers) not found in this response's batch: its
+        first decision if its id was decided in this response, else decided and counted now."""
+        scoped = _scoped(turn, call.call_id)
+        if scoped is not None:
+            seen = state.deliveries.get(scoped)
+            if seen is not None and seen.tool == call.name and not seen.settled and seen.key == self._key(call):
+                return self._refusal(seen.tool, seen.number, RefusalKind(seen.why)) if seen.refused else None
+        refusal, event = self._decide(state, turn, call, scoped)
+        if state.news is not None:
+            calls = max(turn.model_calls, 1)  # no model call yet: both figures are 0
+            seconds, cost = turn.model_seconds / calls, turn.cost_usd / calls
+            stopped = None if turn.stop is None else turn.stop.reason
+            decided = ToolCallDecided(_where(turn), given, self._key(call), refusal, event, seconds, cost, stopped)
+            state.news.append(decided)
+        return refusal
+
+    def _decide(
+        self, state: GuardState, turn: Turn, call: ToolCall, scoped: str | None
+    ) -> tuple[Refusal | None, GuardEvent | None]:
+        """A call not decided before in this response: decide and count it; the refusal's event, if any."""
+        name = call.name
+        if name in self.exempt:
+            return None, None
+        if turn.stop is not None:
+            message = TURN_ENDED.format(reason=turn.stop.reason.value)
+            return Refusal(message=message, reason=RefusalKind.TURN_ENDED), None
+        limit = self.limits.get(name, self.max_calls)
+        if limit is None:
+            return None, None
+        key = self._key(call)
+        if self.count == "per_turn":
+            number = counting.count(self, turn, key, restart=False)
+            refused, kind = number > limit, RefusalKind.REPEAT
+        else:
+            refused, kind, number = counting.count_progress(self, turn, call, key, limit)
+        if refused:
+            if limit == 0:
+                kind = RefusalKind.FORBIDDEN
+        elif len(turn.runs) >= 4 and self.max_cycle_period is not None:  # runs are kept with count="progress"
+            period = counting.cycle_period(turn.runs, key, self.max_cycle_period)
+            if period is not None:
+                refused, kind, number = True, RefusalKind.CYCLE, period
+        if scoped is not None:
+            why = kind.value if refused else ""
+            state.remember(scoped, Delivery(tool=name, key=key, number=number, refused=refused, settled=False, why=why))
+        if not refused:
+            return None, None
+        turn.refusals += 1
+        if turn.refused_in != turn.responses:
+            turn.refused_in = turn.responses
+            turn.refused_responses += 1
+        turn.last_refused = name
+        return self._refusal(name, number, kind), self._event(state, "refusal", kind, name, number, limit)
 
     def _from_batch(self, state: GuardState, turn: Turn, call: ToolCall) -> tuple[Refusal | None] | None:
         """This call's decision from the batch of this response: ``(decision,)``, or ``None`` if the batch did
@@ -527,9 +460,33 @@ class Policy(WholeModel):
             return None
         return (self._refusal(first.tool, first.number, RefusalKind(first.why)) if first.refused else None,)
 
-    def _adopt_key(self, state: GuardState) -> None:
+    def _record(self, turn: Turn, call: ToolCall, ok: bool, result: Any, key: str | None) -> None:
+        """An outcome not recorded before: errors in a row, and with ``count="progress"`` the call's progress."""
+        name = call.name
+        if ok:
+            turn.errors_in_a_row = 0
+        else:
+            turn.errors_in_a_row += 1
+            turn.last_failed = name
+        progress = self.count == "progress"
+        if name in self.exempt:
+            if progress and ok and not counting.is_read_only(self, call):
+                turn.changes += 1  # not counted, but it may still change what other calls return
+            return
+        if not progress and (ok or self.count_failures):
+            return
+        if key is None:
+            key = self._key(call)
+        if not ok and not self.count_failures:
+            counting.uncount(self, turn, key)
+        if progress:
+            counting.record_progress(self, turn, call, key, ok, result, self._secret)
+
+    def _check_key(self, state: GuardState) -> None:
         """A state first met under this policy's ``digest_key``: take it if it holds no digests yet, else refuse
         it loudly (its digests were made under another key, or none, and would never match again)."""
+        if state.key_id == self._secret_id:
+            return
         turn = state.turn
         if turn.counts or turn.marks or turn.runs or any(delivery.key for delivery in state.deliveries.values()):
             have = "no digest_key" if state.key_id is None else "another digest_key"
@@ -541,136 +498,13 @@ class Policy(WholeModel):
             )
         state.key_id = self._secret_id
 
-    def _count_progress(self, turn: Turn, call: ToolCall, key: str, limit: int) -> tuple[bool, RefusalKind, int]:
-        """``count="progress"``: count a call, restarting its count if something changed since its last run;
-        returns whether it is refused, by which rule, and the number the refusal reports."""
-        mark = turn.marks.get(key)
-        if mark is None:
-            count = self._count(turn, key, restart=True)
-            turn.marks[key] = Mark(changes=turn.changes, outcome=None, ok=None)
-            return count > limit, RefusalKind.REPEAT, count
-        restart = mark.changes != turn.changes
-        count = self._count(turn, key, restart)
-        if restart:  # something changed since: its count, and its runs with no stable result, start again
-            mark = turn.marks[key] = mark._replace(changes=turn.changes, opaque=0)
-        elif mark.ok is True and self._writes_once(call):
-            return True, RefusalKind.DUPLICATE_WRITE, count
-        if self.max_opaque_runs is not None and mark.opaque >= self.max_opaque_runs:
-            return True, RefusalKind.OPAQUE, mark.opaque
-        if count > limit:
-            if restart or mark.ok is not False:
-                return True, RefusalKind.REPEAT, count
-            return True, RefusalKind.REJECTED if mark.outcome == REJECTED_OUTCOME else RefusalKind.FAILURE, count
-        return False, RefusalKind.REPEAT, count
-
     def _key(self, call: ToolCall) -> str:
+        by_arguments = self.match == "tool_and_arguments"
         return call_key(
-            call.name,
-            call.arguments,
-            by_arguments=self.match == "tool_and_arguments",
-            ignore=self.ignore_arguments,
-            key=b"" if self.digest_key is None else self._secret,
+            call.name, call.arguments, by_arguments=by_arguments, ignore=self.ignore_arguments, key=self._secret
         )
 
-    def _read_only(self, call: ToolCall) -> bool:
-        return call.read_only if call.read_only is not None else call.name in self.read_only
-
-    def _writes_once(self, call: ToolCall) -> bool:
-        if call.destructive is True and call.idempotent is False:
-            return True
-        return call.name in self.destructive and call.read_only is not True and call.idempotent is not True
-
-    def _count(self, turn: Turn, key: str, restart: bool) -> int:
-        """Count a call of ``key`` (from 1 again if ``restart``), keeping the window and ``max_keys``."""
-        counts = turn.counts
-        previous = counts.pop(key, 0)
-        window = self.window
-        if window is not None:
-            recent = turn.recent
-            if restart and previous:
-                recent[:] = [k for k in recent if k != key]  # its earlier calls no longer count
-            while len(recent) >= window:  # the window is the last ``window`` calls, this one included
-                oldest = recent.pop(0)
-                if oldest == key:
-                    previous -= 1
-                else:
-                    _decrement(turn, oldest)
-            recent.append(key)
-        count = 1 if restart else max(previous, 0) + 1
-        counts[key] = count  # re-inserted: the most recently used key is last
-        if len(counts) > self.max_keys:
-            oldest = next(iter(counts))
-            del counts[oldest]
-            turn.marks.pop(oldest, None)
-            if window is not None:
-                turn.recent[:] = [k for k in turn.recent if k != oldest]
-        return count
-
-    def _uncount(self, turn: Turn, key: str) -> None:
-        if self.window is not None:
-            recent = turn.recent
-            for index in range(len(recent) - 1, -1, -1):
-                if recent[index] == key:
-                    del recent[index]
-                    break
-            else:
-                return  # already out of the window
-        _decrement(turn, key)
-
-    def _progress(self, turn: Turn, call: ToolCall, key: str, ok: bool, result: Any) -> None:
-        """``count="progress"``: record a run's outcome; a new result restarts its count, a change the others'."""
-        outcome = outcome_digest(
-            ok,
-            result,
-            self.ignore_results,
-            mask_volatile=self.mask_volatile,
-            key=b"" if self.digest_key is None else self._secret,
-        )
-        mark = turn.marks.get(key)
-        changes = turn.changes if mark is None else mark.changes
-        opaque = 0 if mark is None else mark.opaque
-        if outcome == UNKNOWN_OUTCOME:
-            opaque += 1
-        new = mark is not None and mark.outcome is not None and (mark.outcome != outcome or outcome == UNKNOWN_OUTCOME)
-        if new and key in turn.counts and not self._writes_once(call):
-            turn.counts[key] = 1  # it returned something new: progress, so its count restarts
-            if self.window is not None:
-                recent = turn.recent
-                recent[:] = [k for k in recent if k != key]
-                recent.append(key)
-        repeat = mark is not None and mark.ok is True and changes == turn.changes
-        if ok and not self._read_only(call) and not (repeat and call.idempotent is True):
-            if changes == turn.changes:
-                changes += 1  # its own change does not restart its own count
-            turn.changes += 1
-        if key in turn.counts:
-            turn.marks[key] = Mark(changes=changes, outcome=outcome, ok=ok, opaque=opaque)
-        if self.max_cycle_period is not None:
-            runs = turn.runs
-            runs.append(key + outcome)
-            if len(runs) > 2 * self.max_cycle_period:
-                del runs[0]
-
-    def _cycle(self, runs: list[str], key: str) -> int | None:
-        """The period of a cycle that ``key`` would start a third pass of, or ``None``."""
-        assert self.max_cycle_period is not None
-        size = len(runs)
-        for period in range(2, self.max_cycle_period + 1):
-            start = size - period
-            if start < period:
-                return None
-            if not runs[start].startswith(key):
-                continue
-            last = runs[start:]
-            if (
-                last == runs[start - period : start]
-                and any(not run.startswith(key) for run in last)
-                and not any(run.endswith(UNKNOWN_OUTCOME) for run in last)
-            ):
-                return period
-        return None
-
-    def _refusal(self, tool: str, count: int, kind: RefusalKind) -> Refusal:
+    def _refusal(self, tool: str, number: int, kind: RefusalKind) -> Refusal:
         limit = self.limits.get(tool, self.max_calls)
         if self.refusal_message is not None:
             template = self.refusal_message
@@ -680,48 +514,45 @@ class Policy(WholeModel):
             template = REFUSAL_MESSAGES[kind]
         if kind is RefusalKind.OPAQUE:
             limit = self.max_opaque_runs
-        return Refusal(message=render(template, tool, count, limit), reason=StopReason.REPEATED_CALL, kind=kind)
+        return Refusal(message=render(template, tool, number, limit), reason=kind)
 
     def _event(
         self,
         state: GuardState,
         kind: Literal["refusal", "stop"],
-        reason: StopReason,
+        reason: RefusalKind | StopReason,
         tool: str | None,
-        count: float,
+        number: float,
         limit: float,
         *,
         message: str | None = None,
-        refusal: RefusalKind | None = None,
     ) -> GuardEvent:
         turn = state.turn
         event = GuardEvent(
             kind=kind,
             reason=reason,
             tool=tool,
-            count=count,
+            count=number,
             limit=limit,
             turn_id=turn.id,
             turn=turn.number,
             message=message,
-            refusal=refusal,
         )
         state.record(event)
         log = logger.info if kind == "refusal" else logger.warning
         log(
-            "repeat_hooks %s: %s tool=%s count=%s limit=%s turn=%s%s",
+            "repeat_hooks %s: %s tool=%s count=%s limit=%s turn=%s",
             kind,
             reason.value,
             tool,
-            count,
+            number,
             limit,
             turn.id if turn.id is not None else turn.number,
-            f" rule={refusal.value}" if refusal is not None else "",
         )
         return event
 
 
-def _enter(state: GuardState, turn_id: Any) -> Turn:
+def _turn_of(state: GuardState, turn_id: Any) -> Turn:
     """The one turn-change path: a ``turn_id`` (as text) other than the current turn's starts that turn."""
     turn = state.turn
     if turn_id is not None:
@@ -730,16 +561,37 @@ def _enter(state: GuardState, turn_id: Any) -> Turn:
         if turn_id != turn.id:
             state.start(turn_id)
             turn = state.turn
-            if observe.OBSERVERS:
-                observe.tell(observe.TurnStarted(_where(turn)))
+            _told(state, TurnStarted(_where(turn)))
     return turn
 
 
-def _where(turn: Turn) -> observe.Where:
-    return observe.Where(turn.id, turn.number, turn.responses)
+def _told(state: GuardState, observation: Any) -> None:
+    """Leave ``observation`` on a listening state for whoever commits it (nothing, when it is not listening)."""
+    news = state.news
+    if news is not None:
+        news.append(observation)
 
 
-def _flag(ok: Any) -> bool:
+def _where(turn: Turn) -> Where:
+    return Where(turn.id, turn.number, turn.responses)
+
+
+def _settle(state: GuardState, turn: Turn, call: ToolCall) -> str | Literal[False] | None:
+    """Settle the delivery of ``call``'s decision in this response: its key if found (``False`` if it was refused
+    or settled already: nothing more to record), ``None`` if its decision is not known by id."""
+    scoped = _scoped(turn, call.call_id)
+    if scoped is None:
+        return None
+    seen = state.deliveries.get(scoped)
+    if seen is None or seen.tool != call.name:
+        return None
+    if seen.settled or seen.refused:
+        return False
+    state.deliveries[scoped] = seen._replace(settled=True)
+    return seen.key
+
+
+def _as_ok(ok: Any) -> bool:
     """An outcome's ``ok`` as a bool, whatever the adapter passed (a hostile ``__bool__`` counts as a failure)."""
     if ok is True or ok is False:
         return ok
@@ -767,18 +619,6 @@ def _seen_before(state: GuardState, delivery_id: Any) -> bool:
     return False
 
 
-def _decrement(turn: Turn, key: str) -> None:
-    counts = turn.counts
-    count = counts.get(key)
-    if count is None:
-        return
-    if count <= 1:
-        del counts[key]
-        turn.marks.pop(key, None)  # a key no longer counted keeps no mark: the marks stay bounded
-    else:
-        counts[key] = count - 1
-
-
 _LARGEST = sys.float_info.max
 
 
@@ -787,7 +627,8 @@ def _kind(value: Any) -> str:
     return f"float {value}" if type(value) is float else type(value).__name__
 
 
-def _amount(value: Any, name: str) -> float:
+def _as_figure(value: Any, name: str) -> float:
+    """A recorded figure as a float >= 0 (see ``record_model_call``); a bad one is logged and counts as 0."""
     try:
         amount = float(value)
     except OverflowError:  # an int past the largest float: any budget trips

@@ -28,12 +28,12 @@ from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from .call import _dumps, canonical_arguments
+from .call import canonical_arguments, json_text
 
 UNKNOWN_OUTCOME = "?"
 """The outcome of a run whose result has no stable form: never the same as another."""
 REJECTED_OUTCOME = "-"
-"""The outcome of a call rejected before it ran (``withdraw_tool_call``): the same every time."""
+"""The outcome of a call rejected before it ran (``Policy.record_rejection``): the same every time."""
 
 VOLATILE = re.compile(
     r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"  # a UUID
@@ -56,14 +56,14 @@ def _mask_run(run: re.Match[str]) -> str:
     return VOLATILE.sub("~", run.group())
 
 
-_OPAQUE = object()
+NO_STABLE_FORM = object()
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 """A ``repr`` naming a memory address (the default ``<Type object at 0x...>``) is no stable form."""
-_STAND_IN = re.compile(r'"<[A-Za-z_][\w.]*\.[\w.<>]+>"')
+STAND_IN = re.compile(r'"<[A-Za-z_][\w.]*\.[\w.<>]+>"')
 
 
 def model_view(result: Any) -> Any:
-    """``result`` as plain JSON values, the way pydantic writes it for a model; ``_OPAQUE`` parts stay marked.
+    """``result`` as plain JSON values, the way pydantic writes it for a model; ``NO_STABLE_FORM`` parts stay marked.
 
     Sets are sorted (by their canonical JSON) so that their order never makes two equal results differ.
     Never raises: a value pydantic cannot convert, or a hostile one, falls back to its stable text form
@@ -72,9 +72,9 @@ def model_view(result: Any) -> Any:
     try:
         return to_jsonable_python(_plain_sets(result, 0), fallback=_fallback, serialize_unknown=False)
     except (PydanticSerializationError, ValueError, TypeError, RecursionError, OverflowError):
-        return _OPAQUE
+        return NO_STABLE_FORM
     except Exception:  # a hostile object whose conversion raised something else
-        return _OPAQUE
+        return NO_STABLE_FORM
 
 
 MAX_DEPTH = 200
@@ -131,15 +131,15 @@ def outcome_digest(
         text = canonical_arguments(result, ignore)  # JSON text is parsed: key order never matters
     elif (kind is dict or kind is list) and not ignore:
         try:  # plain JSON values, the common case: one pass in C
-            text = _dumps(result)
+            text = json_text(result)
         except Exception:  # a value JSON lacks (a datetime, a set...), or a hostile key, somewhere inside
             text = None
     if text is None:
         view = model_view(result)
-        if view is _OPAQUE:
+        if view is NO_STABLE_FORM:
             return UNKNOWN_OUTCOME
         text = canonical_arguments(view, ignore)
-    if '"<' in text and _STAND_IN.search(text):
+    if '"<' in text and STAND_IN.search(text):
         return UNKNOWN_OUTCOME  # a stand-in for an object canonical_arguments could not write
     if mask_volatile:
         text = mask_volatile_tokens(text)

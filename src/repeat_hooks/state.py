@@ -1,4 +1,10 @@
-"""The guard's state for one session: the current turn's counters and a bounded memory across turns."""
+"""The guard's state for one conversation: the current turn's counters and a bounded memory across turns.
+
+``GuardState`` holds a ``Turn`` (replaced whole when a new turn starts, so no per-turn count can outlive its
+turn), the deliveries that make a second delivery of a hook call count once, and the last refusal and stop
+events. Every map is bounded; loading a state checks every bound, and ``load_state`` turns any failure into
+``StateCorrupt``.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +12,107 @@ import json
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Annotated, Any, NamedTuple
 
-from pydantic import ConfigDict, Field, GetCoreSchemaHandler, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 from pydantic_core import CoreSchema, core_schema
 
 from .call import MAX_NAME_CHARS
 from .decision import GuardEvent, RefusalKind, Stop
-from .store_errors import StateCorrupt
-from .turn import Turn
-from .whole import WholeModel
+from .errors import StateCorrupt
+from .observation import Observation
+
+
+class WholeModel(BaseModel):
+    """A model whose dumps are always whole: every field counts as set, so ``exclude_unset=True`` dumps
+    (the OpenAI Agents SDK's ``RunState.to_json()``, Temporal's OpenAI payload converter) keep the
+    counters instead of dropping every field still at its default."""
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Mark every field set (pydantic calls this after construction and validation)."""
+        self.__pydantic_fields_set__.update(type(self).model_fields)
+
+
+MAX_KEYS = 65_536
+"""The most call keys a turn may hold, whatever ``Policy.max_keys`` says: a stored state with more is refused."""
+MAX_RUNS = 128
+"""The most runs kept for cycles (twice the longest ``Policy.max_cycle_period``)."""
+MAX_COUNT = 2**53
+"""The largest count a stored state may hold (JSON's exact integers)."""
+
+Count = Annotated[int, Field(ge=-1, le=MAX_COUNT)]
+Figure = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class Mark(NamedTuple):
+    """What a call key's last run saw and returned, for ``count="progress"``. Build it by keyword."""
+
+    changes: int
+    """The turn's ``changes`` when the count last continued or restarted: a different number now means
+    that something which may have changed the result ran since."""
+    outcome: str | None
+    """A digest of the last run's outcome (ok or failed, and its result); ``None`` before any."""
+    ok: bool | None
+    """Whether the last run succeeded; ``None`` before any outcome."""
+    opaque: int = 0
+    """Runs in this turn whose result had no stable form (``Policy.max_opaque_runs`` caps them)."""
+
+
+class Turn(WholeModel):
+    """The counters of the current turn. ``GuardState.start`` replaces it with a fresh one.
+
+    Loading one checks every bound: counts are whole numbers up to ``MAX_COUNT``, figures finite, maps at
+    most ``MAX_KEYS`` long, no unknown field.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = None
+    """The turn's id, as the adapter gave it (``None`` for turns started without one)."""
+    number: Count = 0
+    """Which turn of the state this is: 1 for the first (0 before any)."""
+    counts: dict[str, Count] = Field(default_factory=dict, max_length=MAX_KEYS)
+    """Call key digest -> calls counted (oldest-used first; at most ``Policy.max_keys``)."""
+    marks: dict[str, Mark] = Field(default_factory=dict, max_length=MAX_KEYS)
+    """With ``count="progress"``: call key digest -> what its last run saw and returned (keys of ``counts``)."""
+    changes: Count = 0
+    """With ``count="progress"``: successful runs of calls that may change state."""
+    runs: list[str] = Field(default_factory=list, max_length=MAX_RUNS)
+    """With ``count="progress"``: the last runs (key and outcome digests), for cycles."""
+    recent: list[str] = Field(default_factory=list, max_length=MAX_KEYS)
+    """With ``window`` set: the keys of the last counted calls, oldest first."""
+    refusals: Count = 0
+    """Calls refused."""
+    responses: Count = 0
+    """Model calls let through by ``decide_model_call``; numbers the model's responses."""
+    refused_responses: Count = 0
+    """Model responses with at least one refused call (what ``max_refusals`` counts)."""
+    batch: Count = -1
+    """The response (``responses``) whose calls ``decide_tool_calls`` decided as a batch; -1 for none."""
+    refused_in: Count = -1
+    """The response (``responses``) in which the last refusal was counted; -1 for none."""
+    last_refused: str | None = None
+    """The tool refused last."""
+    errors_in_a_row: Count = 0
+    """Failed calls since the last success."""
+    last_failed: str | None = None
+    """The tool that failed last."""
+    model_calls: Count = 0
+    """Model calls recorded by ``record_model_call``."""
+    model_seconds: Figure = 0.0
+    """Model time recorded by ``record_model_call`` (recorded values, never a clock)."""
+    cost_usd: Figure = 0.0
+    """Cost recorded by ``record_model_call``."""
+    stop: Stop | None = None
+    """The turn's stop, once ``decide_model_call`` has ended it."""
+
 
 MAX_DELIVERIES = 256
 """The most delivery ids a state keeps (a hard cap; a stored state with more is refused). Every id seen in the
@@ -179,6 +278,30 @@ class GuardState(WholeModel):
     key_id: Annotated[str, Field(max_length=8)] | None = None
     """A 4-byte fingerprint of the ``Policy.digest_key`` its digests were made with (``None``: no key)."""
 
+    _news: list[Observation] | None = PrivateAttr(None)
+
+    def __eq__(self, other: object) -> bool:
+        """States are equal when their counts are (whether one is listening does not matter)."""
+        if not isinstance(other, GuardState):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    @property
+    def news(self) -> list[Observation] | None:
+        """While the state is listening, the observations the policy made on it since ``listen``; else ``None``."""
+        return self._news
+
+    def listen(self) -> None:
+        """Keep the observations the policy makes on this state, for whoever commits it to hand them on."""
+        self._news = []
+
+    def heard(self) -> list[Observation]:
+        """Stop listening; the observations kept since ``listen``, in order (none if it was not listening)."""
+        news, self._news = self._news, None
+        return news or []
+
     @model_validator(mode="before")
     @classmethod
     def _migrate(cls, data: Any) -> Any:
@@ -220,10 +343,11 @@ class GuardState(WholeModel):
         if self.deliveries:
             self.deliveries.forget_calls(keep=RECENT_DELIVERIES)
 
-    def stop_of(self, turn_id: str) -> Stop | None:
-        """How turn ``turn_id`` was stopped, from the kept events; ``None`` if it was not (or is forgotten)."""
+    def stop_of(self, turn_id: str | None = None) -> Stop | None:
+        """How turn ``turn_id`` was stopped, from the kept events; ``None`` if it was not (or is forgotten).
+        Without ``turn_id``: the current turn's stop."""
         turn = self.turn
-        if turn.stop is not None and turn.id == turn_id:
+        if turn_id is None or (turn.stop is not None and turn.id == turn_id):
             return turn.stop
         for event in reversed(self.events):
             if event.kind == "stop" and event.turn_id == turn_id:

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from repeat_hooks import Stop, StopRepeatedCalls, ToolCall, model_view
-from repeat_hooks.testing import (
+from repeat_hooks import Stop, StopRepeatedCalls, ToolCall
+from repeat_hooks.kit.conformance import (
     FINAL,
     SCENARIOS,
     STOPPED,
@@ -29,6 +29,7 @@ from repeat_hooks.testing import (
     same,
     typed_parcel,
 )
+from repeat_hooks.result import model_view
 
 
 class ReferenceDriver:
@@ -83,7 +84,7 @@ class ReferenceDriver:
                     seen.append(decision.message)
                     continue
                 if tools[call.name].needs_approval and not box.ask(call.name, call.arguments["query"]):
-                    guard.policy.withdraw_tool_call(guard.state, call)  # the human rejected it: it does not run
+                    guard.policy.record_rejection(guard.state, call)  # the human rejected it: it does not run
                     seen.append("The reviewer rejected this call.")
                     continue
                 try:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from repeat_hooks import GuardState, StopReason, StopRepeatedCalls, ToolCall, call_key, canonical_arguments
-from repeat_hooks.call import MAX_ARGUMENT_CHARS
+from repeat_hooks import GuardState, RefusalKind, StopReason, StopRepeatedCalls, ToolCall
+from repeat_hooks.call import MAX_ARGUMENT_CHARS, call_key, canonical_arguments
 from repeat_hooks.messages import REFUSE_FORBIDDEN
 
 SEARCH = ToolCall("search", {"q": "hammock"})
@@ -266,7 +266,7 @@ def test_the_turn_ended_refusal_names_the_reason() -> None:
     guard.post_llm_call()
     guard.pre_llm_call()
     refusal = guard.pre_tool_call(SEARCH)
-    assert refusal is not None and "(max_steps)" in refusal.message and refusal.reason is StopReason.MAX_STEPS
+    assert refusal is not None and "(max_steps)" in refusal.message and refusal.reason is RefusalKind.TURN_ENDED
 
 
 def test_an_outcome_delivered_twice_by_its_own_id_counts_once() -> None:
@@ -381,9 +381,9 @@ def test_a_call_rejected_again_and_again_is_refused_without_being_asked_about() 
     refund = ToolCall("refund", {"order": "A1"})
     for _ in range(2):
         assert policy.decide_tool_call(state, refund) is None
-        policy.withdraw_tool_call(state, refund)
+        policy.record_rejection(state, refund)
     refused = policy.decide_tool_call(state, refund)
-    assert refused is not None and refused.kind is RefusalKind.REJECTED
+    assert refused is not None and refused.reason is RefusalKind.REJECTED
     assert refused.message.startswith("Refused: refund with these exact arguments was already rejected 2 times")
     assert state.turn.errors_in_a_row == 0, "a rejection is not a failure"
 
@@ -399,7 +399,7 @@ def test_per_turn_a_rejected_call_counts_as_the_call_it_was() -> None:
     policy, state = Policy(count="per_turn"), GuardState()
     track = ToolCall("track", {"n": 1})
     assert policy.decide_tool_call(state, track) is None
-    policy.withdraw_tool_call(state, track)
+    policy.record_rejection(state, track)
     assert list(state.turn.counts.values()) == [1]
 
 
@@ -408,10 +408,10 @@ def test_a_call_withdrawn_by_its_id_marks_what_its_decision_counted() -> None:
 
     policy, state = Policy(), GuardState()
     assert policy.decide_tool_call(state, ToolCall("track", {"n": 1}, call_id="c1")) is None
-    policy.withdraw_tool_call(state, ToolCall("track", {"n": 2}, call_id="c1"))  # edited, then rejected
+    policy.record_rejection(state, ToolCall("track", {"n": 2}, call_id="c1"))  # edited, then rejected
     (key,) = state.turn.counts
     assert key == policy._key(ToolCall("track", {"n": 1})) and state.turn.marks[key].outcome == "-"
-    policy.withdraw_tool_call(state, ToolCall("track", {"n": 1}, call_id="c1"))  # settled: nothing more
+    policy.record_rejection(state, ToolCall("track", {"n": 1}, call_id="c1"))  # settled: nothing more
     assert state.turn.counts == {key: 1}
 
 
@@ -421,7 +421,7 @@ def test_a_withdrawal_in_a_new_turn_starts_that_turn_and_takes_back_nothing_of_t
     policy, state = Policy(), GuardState()
     track = ToolCall("track", {"n": 1})
     assert policy.decide_tool_call(state, track, turn_id="t1") is None
-    policy.withdraw_tool_call(state, track, turn_id="t2")
+    policy.record_rejection(state, track, turn_id="t2")
     assert state.turn.id == "t2" and sum(state.turn.counts.values()) == 0 and not state.turn.marks
 
 
@@ -441,7 +441,7 @@ def _states_holding_digests() -> list[GuardState]:
     remembered = GuardState()  # only a withdrawn call's delivery holds its digest
     withdrawn = ToolCall("track", {"n": 1}, call_id="c1")
     Policy(count="per_turn").decide_tool_call(remembered, withdrawn, turn_id="t1")
-    Policy(count="per_turn").withdraw_tool_call(remembered, withdrawn, turn_id="t1")
+    Policy(count="per_turn").record_rejection(remembered, withdrawn, turn_id="t1")
     return [counted, failed, remembered]
 
 
@@ -494,7 +494,8 @@ def test_an_ok_that_is_not_a_bool_is_read_as_one() -> None:
 
 
 def test_a_digest_key_changes_every_digest_the_state_holds() -> None:
-    from repeat_hooks import Policy, outcome_digest
+    from repeat_hooks import Policy
+    from repeat_hooks.result import outcome_digest
 
     plain, keyed = Policy(), Policy(digest_key="a secret of sixteen+ chars")
     states = GuardState(), GuardState()

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from repeat_hooks import GuardState, Policy, StateCorrupt, StopRepeatedCalls, ToolCall, load_state
-from repeat_hooks.state import MAX_DELIVERIES, MAX_EVENTS
-from repeat_hooks.turn import MAX_KEYS
+from repeat_hooks import GuardState, Policy, StateCorrupt, StopRepeatedCalls, ToolCall
+from repeat_hooks.kit import load_state
+from repeat_hooks.state import MAX_DELIVERIES, MAX_EVENTS, MAX_KEYS
 
 
 class Raises:
@@ -235,7 +235,7 @@ def test_post_llm_call_takes_any_figure() -> None:
 
 def guess_pin(digests: set[str], key: bytes = b"") -> str | None:
     """What an attacker holding the stored digests does: try every 6-digit PIN."""
-    from repeat_hooks import call_key
+    from repeat_hooks.call import call_key
 
     for pin in range(1_000_000):
         if call_key("unlock", {"pin": f"{pin:06d}"}, key=key) in digests:

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from repeat_hooks import StopRepeatedCalls, ToolCall, call_key, canonical_arguments
+from repeat_hooks import StopRepeatedCalls, ToolCall
+from repeat_hooks.call import call_key, canonical_arguments
 
 
 @pytest.mark.parametrize(
@@ -240,9 +241,9 @@ def test_a_withdrawal_under_another_digest_key_is_refused_loudly() -> None:
     state = GuardState()
     assert keyed.decide_tool_call(state, call) is None
     with pytest.raises(GuardSetupError, match=r"^this conversation's state was written under another digest_key"):
-        plain.withdraw_tool_call(state, call)
+        plain.record_rejection(state, call)
     assert list(state.turn.counts.values()) == [1] and state.turn.marks[next(iter(state.turn.counts))].outcome is None
-    keyed.withdraw_tool_call(state, call)
+    keyed.record_rejection(state, call)
     assert [mark.outcome for mark in state.turn.marks.values()] == ["-"]  # marked as rejected, under its key
 
 

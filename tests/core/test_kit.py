@@ -10,22 +10,17 @@ import pytest
 from pydantic import ValidationError
 
 from repeat_hooks import (
-    Feed,
     GuardSetupError,
     GuardState,
     Policy,
     StateCorrupt,
     StopRepeatedCalls,
-    Stopwatch,
     StoreUnavailable,
     TokenPrices,
-    check_feeds,
-    check_tool_names,
-    load_state,
-    policy_from,
-    usage_tokens,
 )
-from repeat_hooks.testing import STOPPED, Cursor, Expect, Scenario, ToolBox, TurnOutcome, check, scenario
+from repeat_hooks.kit import Stopwatch, check_feeds, check_tool_names, load_state, policy_from, usage_tokens
+from repeat_hooks.kit.conformance import STOPPED, Cursor, Expect, Scenario, ToolBox, TurnOutcome, check, scenario
+from repeat_hooks.stop_rules import Feed
 
 from .test_conformance import ReferenceDriver
 
@@ -180,23 +175,23 @@ def test_a_call_that_did_not_run_after_all_is_withdrawn() -> None:
     policy, state = Policy(), GuardState()
     calls = [ToolCall("track", {"n": 1}, call_id=f"c{n}") for n in range(2)]
     assert policy.decide_tool_calls(state, calls) == [None, None]
-    policy.withdraw_tool_call(state, calls[1])  # a human rejected it: it never ran, and waits for no outcome
-    policy.withdraw_tool_call(state, calls[1])  # said twice: marked once
+    policy.record_rejection(state, calls[1])  # a human rejected it: it never ran, and waits for no outcome
+    policy.record_rejection(state, calls[1])  # said twice: marked once
     assert list(state.turn.counts.values()) == [2]  # a rejected call still counts toward its repeats
     refused = policy.decide_tool_call(state, ToolCall("track", {"n": 1}, call_id="c9"))
-    assert refused is not None and refused.kind is RefusalKind.REJECTED
-    policy.withdraw_tool_call(state, ToolCall("track", {"n": 1}, call_id="c9"))  # a refusal stays a refusal
+    assert refused is not None and refused.reason is RefusalKind.REJECTED
+    policy.record_rejection(state, ToolCall("track", {"n": 1}, call_id="c9"))  # a refusal stays a refusal
     assert list(state.turn.counts.values()) == [3]
 
 
 def test_the_usual_budget_check_names_the_keyword() -> None:
-    from repeat_hooks import check_budgets
+    from repeat_hooks.kit import check_budgets
 
     with pytest.raises(
         GuardSetupError, match=r"max_cost_usd=\.\.\.\) could never trip: set it up with X\(\.\.\., cost="
     ):
         check_budgets(Policy(max_cost_usd=1.0), owner="X", cost=None, clock=None)
-    with pytest.raises(GuardSetupError, match=r"clock=repeat_hooks.clock.monotonic"):
+    with pytest.raises(GuardSetupError, match=r"clock=repeat_hooks.kit.monotonic"):
         check_budgets(Policy(max_model_seconds=5), owner="X", cost=None, clock=None)
     check_budgets(Policy(max_cost_usd=1.0, max_model_seconds=5), owner="X", cost=TokenPrices(1, 1), clock=time_now)
 
@@ -211,7 +206,7 @@ def test_the_policy_class_itself_is_not_a_policy() -> None:
 
 
 def test_a_cost_or_clock_that_is_not_a_function_is_refused_at_setup() -> None:
-    from repeat_hooks import check_budgets
+    from repeat_hooks.kit import check_budgets
 
     with pytest.raises(TypeError, match=r"X\(cost=\.\.\.\) takes a CostOf.*TokenPrices.*got float"):
         check_budgets(Policy(max_cost_usd=1.0), owner="X", cost=3.0, clock=None)
@@ -306,7 +301,7 @@ def test_a_budget_this_sdk_cannot_feed_says_why() -> None:
 
 
 def test_the_usual_budget_check_passes_on_the_owner_the_reason_and_the_error() -> None:
-    from repeat_hooks import check_budgets
+    from repeat_hooks.kit import check_budgets
 
     class PluginSetupError(GuardSetupError):
         pass

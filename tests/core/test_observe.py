@@ -1,4 +1,5 @@
-"""Observers hear each fresh decision once, cannot change it, and never break the agent."""
+"""Observers hear each fresh decision once, after whoever commits the state tells them; they cannot change a
+decision and never break the agent. The policy itself tells nobody."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from repeat_hooks.observe import (
     TurnStarted,
     add_observer,
     current_scope,
+    publishing,
     scope,
 )
 
@@ -30,16 +32,23 @@ def heard() -> Iterator[list[Observation]]:
 
 
 def _loop(policy: Policy, state: GuardState) -> list[object]:
-    """One turn: three identical lookups, one model call each, the same result every time."""
+    """One turn: three identical lookups, one model call each, the same result every time; each verb committed
+    at once (as the hook and an in-process store do), so observers hear it after it."""
     decisions: list[object] = []
-    policy.start_turn(state, turn_id="t1")
+    with publishing(state):
+        policy.start_turn(state, turn_id="t1")
     for step in range(3):
-        decisions.append(policy.decide_model_call(state))
-        policy.record_model_call(state, seconds=2.0, cost_usd=0.5, delivery_id=f"m{step}")
+        with publishing(state):
+            decisions.append(policy.decide_model_call(state))
+        with publishing(state):
+            policy.record_model_call(state, seconds=2.0, cost_usd=0.5, delivery_id=f"m{step}")
         call = ToolCall(name="track", arguments={"id": "FR-1"}, call_id=f"c{step}")
-        decisions.append(policy.decide_tool_call(state, call))
-        policy.record_tool_result(state, call, ok=True, result={"status": "in transit"})
-    decisions.append(policy.decide_model_call(state))
+        with publishing(state):
+            decisions.append(policy.decide_tool_call(state, call))
+        with publishing(state):
+            policy.record_tool_result(state, call, ok=True, result={"status": "in transit"})
+    with publishing(state):
+        decisions.append(policy.decide_model_call(state))
     return decisions
 
 
@@ -48,8 +57,9 @@ def test_each_fresh_decision_is_heard_once_in_order(heard: list[Observation]) ->
 
     _loop(policy, state)
     call = ToolCall(name="track", arguments={"id": "FR-1"}, call_id="c2")
-    policy.decide_tool_call(state, call)  # a second delivery of a decided call: not heard again
-    policy.record_model_call(state, delivery_id="m1")  # a second delivery of a model call: not heard again
+    with publishing(state):
+        policy.decide_tool_call(state, call)  # a second delivery of a decided call: not heard again
+        policy.record_model_call(state, delivery_id="m1")  # a second delivery of a model call: not heard again
 
     kinds = [type(seen).__name__ for seen in heard]
     assert kinds == [
@@ -121,43 +131,45 @@ def test_a_batch_is_heard_with_the_ids_the_model_gave() -> None:
     remove = add_observer(seen.append)
     try:
         policy, state = Policy(), GuardState()
-        policy.decide_model_call(state)
         calls = [
             ToolCall(name="track", arguments={"id": "A"}, call_id="c#1"),
             ToolCall(name="track", arguments={"id": "B"}, call_id="c#1"),
             ToolCall(name="track", arguments={"id": "C"}),
         ]
-        policy.decide_tool_calls(state, calls)
+        with publishing(state):
+            policy.decide_model_call(state)
+            policy.decide_tool_calls(state, calls)
     finally:
         remove()
     decided = [observation.call for observation in seen if isinstance(observation, ToolCallDecided)]
     assert decided == calls
 
 
-async def test_a_task_started_in_a_held_block_tells_what_it_decides_after_the_block() -> None:
-    import asyncio
+def test_the_policy_tells_nobody_until_the_state_is_committed(heard: list[Observation]) -> None:
+    """A verb on a state that nobody commits is heard by nobody (a replay, a state rebuilt from an SDK's history,
+    an attempt a store throws away); a committed change is heard once, after it; one that raises, never."""
+    policy, state = Policy(), GuardState()
+    policy.start_turn(state, turn_id="t1")
+    policy.decide_tool_call(state, ToolCall("track"))
+    assert heard == [] and state.news is None
 
+    with publishing(state):
+        policy.decide_tool_call(state, ToolCall("track", {"n": 2}))
+        assert heard == [] and state.news is not None and len(state.news) == 1  # kept until the block ends
+    assert [type(seen).__name__ for seen in heard] == ["ToolCallDecided"] and state.news is None
+
+    with pytest.raises(RuntimeError, match="not committed"), publishing(state):
+        policy.decide_tool_call(state, ToolCall("track", {"n": 3}))
+        raise RuntimeError("not committed")
+    assert len(heard) == 1 and state.news is None
+
+
+def test_held_is_deprecated_and_holds_nothing() -> None:
     from repeat_hooks.observe import held
 
-    seen: list[Observation] = []
-    remove = add_observer(seen.append)
-    go = asyncio.Event()
-    policy, state = Policy(), GuardState()
-
-    async def later() -> None:
-        await go.wait()
-        policy.start_turn(state, turn_id="after")
-
-    try:
-        with held() as kept:
-            policy.start_turn(state, turn_id="inside")
-            task = asyncio.create_task(later())
-        go.set()
-        await task
-    finally:
-        remove()
-    assert [o.where.turn_id for o in kept if isinstance(o, TurnStarted)] == ["inside"]
-    assert [o.where.turn_id for o in seen if isinstance(o, TurnStarted)] == ["after"]
+    with pytest.deprecated_call(match="the policy tells nobody"), held() as kept:
+        Policy().start_turn(GuardState(), turn_id="t1")
+    assert kept == []
 
 
 def test_an_observer_that_keeps_failing_logs_one_traceback(caplog: pytest.LogCaptureFixture) -> None:

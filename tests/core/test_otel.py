@@ -1,4 +1,4 @@
-"""repeat_hooks.otel: refusals and stops as span events on the current span, counters of decisions and savings,
+"""repeat_hooks.observe.otel: refusals and stops as span events on the current span, counters of decisions and savings,
 never a value; without instrument() (or the extra) nothing of OpenTelemetry is imported."""
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
-from repeat_hooks import GuardState, Policy, ToolCall, __version__
+from repeat_hooks import GuardState, Policy, StopRepeatedCalls, ToolCall, __version__
 from repeat_hooks.observe import scope
-from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT, RepeatHooksInstrumentor
+from repeat_hooks.observe.otel import REFUSAL_EVENT, STOP_EVENT, RepeatHooksInstrumentor
 
 SECRET_ARGUMENT = "MARKER-ARG-7731"
 SECRET_RESULT = "MARKER-RESULT-5521"
@@ -75,16 +75,18 @@ def telemetry() -> Iterator[Telemetry]:
 
 
 def _loop(policy: Policy, state: GuardState, *, steps: int = 3) -> list[object]:
-    """One turn: identical lookups, one model call (2 s, $0.5) before each, the same result every time."""
+    """One turn: identical lookups, one model call (2 s, $0.5) before each, the same result every time, through
+    the hook (which commits each decision, then tells the observers)."""
+    guard = StopRepeatedCalls(policy=policy, state=state)
     decisions: list[object] = []
-    policy.start_turn(state, turn_id="t1")
+    guard.pre_agent_turn(turn_id="t1")
     for step in range(steps):
-        decisions.append(policy.decide_model_call(state))
-        policy.record_model_call(state, seconds=2.0, cost_usd=0.5, delivery_id=f"m{step}")
+        decisions.append(guard.pre_llm_call())
+        guard.post_llm_call(seconds=2.0, cost_usd=0.5, delivery_id=f"m{step}")
         call = ToolCall(name="track", arguments={"id": SECRET_ARGUMENT}, call_id=f"c{step}")
-        decisions.append(policy.decide_tool_call(state, call))
-        policy.record_tool_result(state, call, ok=True, result={"status": SECRET_RESULT})
-    decisions.append(policy.decide_model_call(state))
+        decisions.append(guard.pre_tool_call(call))
+        guard.post_tool_call(call, ok=True, result={"status": SECRET_RESULT})
+    decisions.append(guard.pre_llm_call())
     return decisions
 
 
@@ -192,14 +194,15 @@ def test_no_argument_or_result_value_reaches_any_attribute(telemetry: Telemetry)
 
 def test_a_call_carries_the_id_the_model_gave_it_not_the_batch_position(telemetry: Telemetry) -> None:
     policy, state = Policy(limits={"refund": 0}), GuardState()
-    policy.start_turn(state)
-    policy.decide_model_call(state)
+    guard = StopRepeatedCalls(policy=policy, state=state)
+    guard.pre_agent_turn()
+    guard.pre_llm_call()
     calls = [
         ToolCall(name="refund", arguments={"order": 1}, call_id="call_0"),
         ToolCall(name="refund", arguments={"order": 2}, call_id="call_0"),  # reused: decided as "call_0#1"
         ToolCall(name="refund", arguments={"order": 3}),  # none: decided as "#2"
     ]
-    assert all(policy.decide_tool_calls(state, calls))
+    assert all(guard.pre_tool_calls(calls))
 
     events = [dict(e.attributes or {}) for span in telemetry.finished() for e in span.events]
     assert [event.get("gen_ai.tool.call.id") for event in events] == ["call_0", "call_0", None]
@@ -220,14 +223,15 @@ def test_a_stop_names_the_setting_that_tripped(
     telemetry: Telemetry, settings: dict[str, Any], feeds_failures: bool, reason: str, rule: str
 ) -> None:
     policy, state = Policy(max_calls=1, **settings), GuardState()
-    policy.start_turn(state)
+    guard = StopRepeatedCalls(policy=policy, state=state)
+    guard.pre_agent_turn()
     for step in range(4):
-        if policy.decide_model_call(state) is not None:
+        if guard.pre_llm_call() is not None:
             break
-        policy.record_model_call(state, seconds=2.0, cost_usd=0.5)
+        guard.post_llm_call(seconds=2.0, cost_usd=0.5)
         call = ToolCall(name="track", arguments={"step": step if feeds_failures else 0}, call_id=f"c{step}")
-        if policy.decide_tool_call(state, call) is None:
-            policy.record_tool_result(state, call, ok=not feeds_failures, result="boom")
+        if guard.pre_tool_call(call) is None:
+            guard.post_tool_call(call, ok=not feeds_failures, result="boom")
 
     stops = [event for span in telemetry.finished() for event in span.events if event.name == STOP_EVENT]
     assert [(e.attributes or {}).get("repeat_hooks.reason") for e in stops] == [reason]
@@ -268,7 +272,7 @@ for step in range(3):
     if policy.decide_tool_call(state, call) is None:
         policy.record_tool_result(state, call, result="same")
 assert policy.decide_model_call(state) is not None, "the turn should have stopped"
-loaded = sorted(name for name in sys.modules if name.startswith(("opentelemetry", "repeat_hooks.otel")))
+loaded = sorted(name for name in sys.modules if name.startswith(("opentelemetry", "repeat_hooks.observe.otel")))
 print(loaded)
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
@@ -314,13 +318,14 @@ def test_a_span_of_the_guards_own_says_its_scope(telemetry: Telemetry) -> None:
 def _refused_once(seconds: float, cost_usd: float) -> None:
     """Three identical lookups in one turn (the third refused), each model call ``seconds`` and ``cost_usd``."""
     policy, state = Policy(max_calls=2, max_refusals=None), GuardState()
-    policy.start_turn(state)
+    guard = StopRepeatedCalls(policy=policy, state=state)
+    guard.pre_agent_turn()
     for step in range(3):
-        policy.decide_model_call(state)
-        policy.record_model_call(state, seconds=seconds, cost_usd=cost_usd)
+        guard.pre_llm_call()
+        guard.post_llm_call(seconds=seconds, cost_usd=cost_usd)
         call = ToolCall(name="track", arguments={"id": 1}, call_id=f"c{step}")
-        if policy.decide_tool_call(state, call) is None:
-            policy.record_tool_result(state, call, result="in transit")
+        if guard.pre_tool_call(call) is None:
+            guard.post_tool_call(call, result="in transit")
 
 
 def test_savings_are_counted_when_measured_and_never_as_zero(telemetry: Telemetry) -> None:
@@ -342,9 +347,10 @@ def test_savings_are_counted_when_measured_and_never_as_zero(telemetry: Telemetr
 
 def test_a_refusal_after_the_turn_stopped_saves_nothing(telemetry: Telemetry) -> None:
     policy, state = Policy(max_calls=2, max_refusals=1), GuardState()
+    guard = StopRepeatedCalls(policy=policy, state=state)
     _loop(policy, state)  # the third lookup refused, saving one model call; then the turn stops
     late = ToolCall(name="note", arguments={}, call_id="late")
-    assert policy.decide_tool_call(state, late) is not None  # no model call was coming anyway
+    assert guard.pre_tool_call(late) is not None  # no model call was coming anyway
 
     events = [e for span in telemetry.finished() for e in span.events if e.name == REFUSAL_EVENT]
     assert [(e.attributes or {}).get("repeat_hooks.rule") for e in events] == ["repeat", "turn_ended"]
@@ -357,9 +363,10 @@ def test_a_refusal_after_the_turn_stopped_saves_nothing(telemetry: Telemetry) ->
 
 def test_dollars_in_a_stop_stay_dollars_and_counts_are_ints(telemetry: Telemetry) -> None:
     policy, state = Policy(max_cost_usd=0.75), GuardState()
-    policy.start_turn(state)
-    while policy.decide_model_call(state) is None:
-        policy.record_model_call(state, seconds=2.0, cost_usd=0.5)
+    guard = StopRepeatedCalls(policy=policy, state=state)
+    guard.pre_agent_turn()
+    while guard.pre_llm_call() is None:
+        guard.post_llm_call(seconds=2.0, cost_usd=0.5)
 
     (stop,) = [dict(e.attributes or {}) for span in telemetry.finished() for e in span.events]
     assert (stop["repeat_hooks.count"], stop["repeat_hooks.limit"]) == (1.0, 0.75)

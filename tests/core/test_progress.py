@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from repeat_hooks import Policy, RefusalKind, StopReason, StopRepeatedCalls, ToolCall
+from repeat_hooks import Policy, RefusalKind, StopRepeatedCalls, ToolCall
 from repeat_hooks.messages import REFUSE_CYCLE, REFUSE_NO_PROGRESS, REFUSE_SAME_FAILURE
 
 STATUS = ToolCall("get_status", {"line": 7})
@@ -123,7 +123,7 @@ def test_a_cycle_is_refused_at_the_start_of_its_third_identical_pass(period: int
     for _ in range(2):
         assert [run(guard, call) for call in calls] == [True] * period
     refusal = guard.pre_tool_call(calls[0])
-    assert refusal is not None and refusal.reason is StopReason.REPEATED_CALL
+    assert refusal is not None and refusal.reason is RefusalKind.CYCLE
     assert refusal.message == REFUSE_CYCLE.format(tool="step_0", count=period)
     assert guard.events[-1].count == period
 
@@ -243,7 +243,7 @@ def test_a_result_with_no_stable_form_is_new_every_time_up_to_the_cap() -> None:
     for _ in range(6):  # a change between: each screenshot may show something new, so no cap
         assert run(guard, shot, Screenshot()) and run(guard, click, "clicked")
     assert [run(guard, shot, Screenshot()) for _ in range(7)] == [True] * 5 + [False] * 2  # nothing between
-    assert guard.events[-1].refusal is RefusalKind.OPAQUE
+    assert guard.events[-1].reason is RefusalKind.OPAQUE
     assert "5 times" in guard.pre_tool_call(shot).message  # type: ignore[union-attr]
     uncapped = StopRepeatedCalls(max_opaque_runs=None)
     assert all(run(uncapped, shot, Screenshot()) for _ in range(10))

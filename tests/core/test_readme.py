@@ -112,7 +112,26 @@ def test_the_redis_store_block_counts_across_stores(redis_server: RedisServer) -
         decisions.append(namespace["refusal"])
 
     assert decisions[:2] == [None, None]
-    assert isinstance(decisions[2], Refusal) and decisions[2].kind == "repeat"
+    assert isinstance(decisions[2], Refusal) and decisions[2].reason == "repeat"
+
+
+@BLOCKS.cover("Several processes on one host: `SQLiteStore`")
+def test_the_sqlite_store_block_counts_across_stores(tmp_path: Path) -> None:
+    """Each run of the block opens the file anew (another process's store): the 3rd same call is refused."""
+    given: dict[str, Any] = {
+        "session_id": "customer-42",
+        "policy": Policy(),
+        "call": ToolCall("track_parcel", ARGS),
+        "turn_id": "turn-1",
+    }
+    replace = {"/var/lib/myapp/repeat-hooks.db": str(tmp_path / "repeat-hooks.db")}
+    namespace = BLOCKS.run("Several processes on one host: `SQLiteStore`", given=given, replace=replace)
+    decisions = [namespace["refusal"]]
+    for _ in range(2):
+        BLOCKS.run("Several processes on one host: `SQLiteStore`", replace=replace, namespace=namespace)
+        decisions.append(namespace["refusal"])
+    assert decisions[:2] == [None, None]
+    assert isinstance(decisions[2], Refusal) and decisions[2].reason == "repeat"
 
 
 def test_every_block_here_runs() -> None:

@@ -21,25 +21,28 @@ from typing import Any
 
 import pytest
 
-from repeat_hooks import Policy, StopRepeatedCalls, ToolCall, recording
-from repeat_hooks.cli import MalformedRecordsSeen, main, read_trajectories
+from repeat_hooks import Policy, StopRepeatedCalls, ToolCall
 from repeat_hooks.observe import OBSERVERS, scope
-from repeat_hooks.recording import (
-    FILE_NAME,
+from repeat_hooks.offline import recording
+from repeat_hooks.offline.cli import MalformedRecordsSeen, main, read_trajectories
+from repeat_hooks.offline.reading import (
     DigestReader,
-    DigestRecorder,
     DigestTrajectory,
     as_digests,
+    read_digest_lines,
+    read_folder,
+    recording_files,
+)
+from repeat_hooks.offline.recording import (
+    FILE_NAME,
+    DigestRecorder,
     digest_arguments,
     digest_result,
     field_digest,
     is_schema_name,
-    read_digest_lines,
-    read_folder,
-    recording_files,
     trajectory_lines,
 )
-from repeat_hooks.replay import NotReplayable, RecordedCall, Tally, Trajectory, replay
+from repeat_hooks.offline.replay import NotReplayable, RecordedCall, Tally, Trajectory, replay
 
 CORPUS = Path(__file__).resolve().parents[2] / "bench" / "corpora" / "tau2.jsonl.gz"
 
@@ -477,7 +480,7 @@ CHILD = """
 import sys
 from repeat_hooks import StopRepeatedCalls, ToolCall
 from repeat_hooks.observe import scope
-from repeat_hooks.recording import DigestRecorder
+from repeat_hooks.offline.recording import DigestRecorder
 folder, tag = sys.argv[1], sys.argv[2]
 with DigestRecorder(folder, max_bytes=4096, backups=1000) as recorder:
     print("ready", flush=True)
@@ -1165,8 +1168,8 @@ def test_a_recorder_forgets_the_names_of_the_oldest_conversation_past_its_bound(
 
 FORKS = """
 import dataclasses, os, sys
-from repeat_hooks.recording import DigestRecorder
-from repeat_hooks.replay import RecordedCall, Trajectory
+from repeat_hooks.offline.recording import DigestRecorder
+from repeat_hooks.offline.replay import RecordedCall, Trajectory
 recorder = DigestRecorder(sys.argv[1])
 nested = Trajectory("parent", [[[RecordedCall("get", {"q": {"owner": 1}})]]])
 recorder.write_trajectory(nested)

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from repeat_hooks import Policy
-from repeat_hooks.cli import main, parse_record, read_trajectories
-from repeat_hooks.replay import RecordedCall, Trajectory, replay
+from repeat_hooks.offline.cli import main, parse_record, read_trajectories
+from repeat_hooks.offline.replay import RecordedCall, Trajectory, replay
 
 CORPUS = Path(__file__).resolve().parents[2] / "bench" / "corpora" / "tau2.jsonl.gz"
 
@@ -349,7 +349,7 @@ def test_generic_records_keep_every_field() -> None:
     ],
 )
 def test_malformed_records_say_what_is_wrong(record: Any, message: str | None) -> None:
-    from repeat_hooks.cli import MalformedRecord
+    from repeat_hooks.offline.cli import MalformedRecord
 
     if message is None:
         assert parse_record(record, "f").turns
@@ -384,7 +384,7 @@ def test_unreadable_input_is_named(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_a_progress_bar_on_large_files_at_a_terminal(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from repeat_hooks import cli
+    from repeat_hooks.offline import cli
 
     path = write_jsonl(tmp_path / "runs.jsonl", [LOOP] * 120)
     monkeypatch.setattr(cli, "PROGRESS_BYTES", 10)
@@ -493,7 +493,7 @@ def test_responses_without_calls_still_count_as_model_calls() -> None:
 
 
 def test_only_the_first_examples_are_kept() -> None:
-    from repeat_hooks.replay import MAX_EXAMPLES
+    from repeat_hooks.offline.replay import MAX_EXAMPLES
 
     turn = one_call_per_response(*(RecordedCall("poll", {}, str(n)) for n in range(MAX_EXAMPLES + 5)))
     tally = replay(Policy(count="per_turn", max_calls=1, max_refusals=None), [Trajectory("t", [turn])])

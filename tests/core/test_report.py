@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from repeat_hooks import Policy
-from repeat_hooks.cli import main
-from repeat_hooks.replay import (
+from repeat_hooks.offline.cli import main
+from repeat_hooks.offline.replay import (
     MAX_LOOPS,
     MAX_TOOLS,
     POSITIONS,
@@ -31,7 +31,7 @@ from repeat_hooks.replay import (
     Trajectory,
     replay,
 )
-from repeat_hooks.report import render_html
+from repeat_hooks.offline.report import render_html
 
 _TESTS = str(Path(__file__).resolve().parents[1])
 if _TESTS not in sys.path:

@@ -13,17 +13,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from repeat_hooks import (
-    Policy,
-    RefusalKind,
-    StopRepeatedCalls,
-    ToolCall,
-    batch_call_ids,
-    error_text,
-    model_view,
-    outcome_digest,
-)
-from repeat_hooks.result import UNKNOWN_OUTCOME
+from repeat_hooks import Policy, RefusalKind, StopRepeatedCalls, ToolCall
+from repeat_hooks.call import batch_call_ids
+from repeat_hooks.result import UNKNOWN_OUTCOME, error_text, model_view, outcome_digest
 
 
 class Colour(enum.Enum):
@@ -161,7 +153,7 @@ def test_a_destructive_call_that_succeeded_is_not_sent_again_unchanged() -> None
     order = ToolCall("place_order", {"sku": "box"}, destructive=True, idempotent=False)
     assert run(guard, order, receipt(1))
     refusal = guard.pre_tool_call(order)
-    assert refusal is not None and refusal.kind is RefusalKind.DUPLICATE_WRITE
+    assert refusal is not None and refusal.reason is RefusalKind.DUPLICATE_WRITE
     assert "would do it twice" in refusal.message
 
 
@@ -270,7 +262,7 @@ def test_a_write_refused_once_stays_a_duplicate_write() -> None:
     for _ in range(3):
         refusal = guard.pre_tool_call(order)
         assert refusal is not None
-        kinds.append(refusal.kind)
+        kinds.append(refusal.reason)
     assert kinds == [RefusalKind.DUPLICATE_WRITE] * 3
 
 

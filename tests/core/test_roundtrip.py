@@ -8,7 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repeat_hooks import StopRepeatedCalls, ToolCall, call_key
+from repeat_hooks import StopRepeatedCalls, ToolCall
+from repeat_hooks.call import call_key
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from repeat_hooks import StopReason, StopRepeatedCalls, ToolCall
+from repeat_hooks import RefusalKind, StopReason, StopRepeatedCalls, ToolCall
 
 from .recorded import Step, play
 
@@ -20,7 +20,7 @@ def test_seed_000_identical_calls_refused_past_three() -> None:
     decisions = [guard.pre_tool_call(ToolCall("place_order", dict(reversed(order.items())))) for _ in range(5)]
     assert [d is None for d in decisions] == [True, True, True, False, False]
     refusal = decisions[3]
-    assert refusal is not None and refusal.reason is StopReason.REPEATED_CALL
+    assert refusal is not None and refusal.reason is RefusalKind.REPEAT
     assert "place_order" in refusal.message and "3 times" in refusal.message
     assert "earlier results" in refusal.message
     # other arguments are another call; a new turn forgets

@@ -9,19 +9,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from repeat_hooks import (
-    STOP_RULES,
-    Feed,
-    GuardState,
-    HookPoint,
-    Policy,
-    RefusalKind,
-    StopReason,
-    StopRepeatedCalls,
-    ToolCall,
-    Turn,
-)
+from repeat_hooks import GuardState, Policy, RefusalKind, StopReason, StopRepeatedCalls, ToolCall
 from repeat_hooks.messages import REFUSAL_MESSAGES
+from repeat_hooks.state import Turn
+from repeat_hooks.stop_rules import STOP_RULES, Feed, HookPoint
 
 DATA = Path(__file__).parent / "data"
 
@@ -96,14 +87,17 @@ def test_ids_are_keyword_only_everywhere() -> None:
 def test_every_refusal_says_which_rule_refused_it() -> None:
     guard = StopRepeatedCalls(limits={"send": 0}, max_refusals=None)
     refused = guard.pre_tool_call(ToolCall("send"))
-    assert refused is not None and refused.kind is RefusalKind.FORBIDDEN
-    assert guard.events[-1].refusal is RefusalKind.FORBIDDEN
+    assert refused is not None and refused.reason is RefusalKind.FORBIDDEN
+    assert guard.events[-1].reason is RefusalKind.FORBIDDEN
     for _ in range(2):
         guard.pre_tool_call(ToolCall("track"))
         guard.post_tool_call(ToolCall("track"), ok=False, result="timeout")
     failure = guard.pre_tool_call(ToolCall("track"))
-    assert failure is not None and failure.kind is RefusalKind.FAILURE
-    assert failure.reason is StopReason.REPEATED_CALL
+    assert failure is not None and failure.reason is RefusalKind.FAILURE
+    with pytest.deprecated_call(match=r"Refusal.kind is deprecated: use Refusal.reason"):
+        assert failure.kind is RefusalKind.FAILURE
+    with pytest.deprecated_call(match=r"GuardEvent.refusal is deprecated: use GuardEvent.reason"):
+        assert guard.events[-1].refusal is RefusalKind.FAILURE
     assert set(REFUSAL_MESSAGES) == set(RefusalKind) - {RefusalKind.REPEAT, RefusalKind.TURN_ENDED}
 
 
@@ -113,7 +107,7 @@ def test_a_refused_call_after_a_stop_says_the_turn_ended() -> None:
     stop = guard.pre_llm_call()
     refusal = guard.pre_tool_call(ToolCall("track"))
     assert stop is not None and refusal is not None
-    assert refusal.kind is RefusalKind.TURN_ENDED and refusal.reason is StopReason.MAX_STEPS
+    assert refusal.reason is RefusalKind.TURN_ENDED and "(max_steps)" in refusal.message
     assert guard.stop == stop
 
 
@@ -169,7 +163,7 @@ def test_call_ids_kept_by_0_1_are_recognised_after_the_upgrade() -> None:
 
 
 def test_load_state_takes_a_whole_guard_dump_too() -> None:
-    from repeat_hooks import load_state
+    from repeat_hooks.kit import load_state
 
     saved = (DATA / "guard_0_1.json").read_text()
     assert load_state(saved).turn.id == "t1"

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from repeat_hooks import StopReason, StopRepeatedCalls, ToolCall
+from repeat_hooks import RefusalKind, StopReason, StopRepeatedCalls, ToolCall
 
 CALL = ToolCall("track_parcel", {"tracking_number": "FR-7731"})
 
@@ -114,8 +114,8 @@ def test_a_stopped_turn_stays_stopped_and_refuses_further_calls() -> None:
     first = guard.pre_llm_call()
     assert first is not None and guard.pre_llm_call() == first
     refusal = guard.pre_tool_call(ToolCall("anything", {"n": 1}))
-    assert refusal is not None and refusal.reason is StopReason.MAX_STEPS
-    assert "turn has ended" in refusal.message
+    assert refusal is not None and refusal.reason is RefusalKind.TURN_ENDED
+    assert "turn has ended (max_steps)" in refusal.message
     assert [e.kind for e in guard.events] == ["stop"]
 
 
@@ -138,11 +138,11 @@ def test_refusals_and_stops_are_logged_without_arguments(caplog: pytest.LogCaptu
     guard.pre_llm_call()
     records = [r for r in caplog.records if r.name == "repeat_hooks"]
     assert [r.levelname for r in records] == ["INFO", "WARNING"]
-    assert "refusal: repeated_call tool=send count=1 limit=0 turn=t9" in records[0].getMessage()
+    assert "refusal: forbidden tool=send count=1 limit=0 turn=t9" in records[0].getMessage()
     assert "stop: ignored_refusals" in records[1].getMessage()
     assert all("hunter2" not in r.getMessage() for r in records)
     assert [(e.kind, e.reason.value, e.tool) for e in guard.events] == [
-        ("refusal", "repeated_call", "send"),
+        ("refusal", "forbidden", "send"),
         ("stop", "ignored_refusals", "send"),
     ]
 

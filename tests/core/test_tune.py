@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from repeat_hooks import Policy, StopRepeatedCalls, ToolCall
-from repeat_hooks.cli import main
 from repeat_hooks.observe import scope
-from repeat_hooks.recording import DigestRecorder, field_digest, read_folder
-from repeat_hooks.replay import RecordedCall, Trajectory, replay
-from repeat_hooks.tune import ALARM_COST, Proposal, Suggestion, policy_text, report, tune
+from repeat_hooks.offline.cli import main
+from repeat_hooks.offline.reading import read_folder
+from repeat_hooks.offline.recording import DigestRecorder, field_digest
+from repeat_hooks.offline.replay import RecordedCall, Trajectory, replay
+from repeat_hooks.offline.tune import ALARM_COST, Proposal, Suggestion, policy_text, report, tune
 
 CORPUS = Path(__file__).resolve().parents[2] / "bench" / "corpora" / "tau2.jsonl.gz"
 
@@ -184,7 +185,7 @@ def test_tune_on_the_tau2_corpus(capsys: pytest.CaptureFixture[str]) -> None:
     (pasted,) = re.findall(r"^    (Policy\(.*\))$", out, re.MULTILINE)
     proposed = eval(pasted, {"Policy": Policy})
     assert proposed != Policy()
-    from repeat_hooks.cli import read_trajectories
+    from repeat_hooks.offline.cli import read_trajectories
 
     trajectories = list(read_trajectories(CORPUS))
     default, tuned = replay(Policy(), trajectories), replay(proposed, trajectories)
@@ -293,7 +294,7 @@ def test_output_cut_short_ends_quietly(tmp_path: Path) -> None:
         )
     )
     for command in (["replay", str(path), "--json"], ["tune", str(path)]):
-        script = "from repeat_hooks.cli import main; raise SystemExit(main())"
+        script = "from repeat_hooks.offline.cli import main; raise SystemExit(main())"
         child = subprocess.Popen(
             [sys.executable, "-c", script, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
@@ -624,7 +625,7 @@ def test_the_report_names_the_fields_a_digest_recording_knows_by_digest_only() -
             f"    {policy_text(proposal.policy)}",
             "",
             f"({unnamed}: result fields a digest recording names by digest only: replace each with the name whose "
-            "repeat_hooks.recording.field_digest(name, key) it is)",
+            "repeat_hooks.offline.recording.field_digest(name, key) it is)",
             "",
             "Nothing in these recordings suggests a change from the default.",
         ]

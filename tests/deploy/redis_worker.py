@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from redis.asyncio import Redis
 
 from repeat_hooks import GuardState, Policy, Refusal, ToolCall
-from repeat_hooks.redis import RedisStore
+from repeat_hooks.stores.redis import RedisStore
 
 T = TypeVar("T")
 

@@ -24,9 +24,10 @@ from redis.asyncio import Connection, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from services import HungRedis, RedisServer, free_port, start_redis
 
-from repeat_hooks import GuardSetupError, GuardState, MemoryStore, Policy, Refusal, ToolCall, call_key, observe
-from repeat_hooks.redis import RedisStore, StoreContention, StoreUnavailable
+from repeat_hooks import GuardSetupError, GuardState, MemoryStore, Policy, Refusal, ToolCall, observe
+from repeat_hooks.call import call_key
 from repeat_hooks.state import MAX_DELIVERIES
+from repeat_hooks.stores.redis import RedisStore, StoreContention, StoreUnavailable
 
 pytestmark = pytest.mark.services
 
@@ -714,7 +715,7 @@ def test_importing_without_redis_py_names_the_extra() -> None:
         "import sys; sys.modules['redis'] = None\n"
         "import repeat_hooks\n"  # the core never needs redis
         "try:\n"
-        "    import repeat_hooks.redis\n"
+        "    import repeat_hooks.stores.redis\n"
         "except ImportError as error:\n"
         "    print(error)\n"
     )

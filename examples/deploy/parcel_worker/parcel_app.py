@@ -37,7 +37,7 @@ from mistralai.agents import agents
 from repeat_hooks_mistral import Policy, RepeatGuardHook
 from repeat_hooks_mistral.testing import Reply, ScriptedModel, ToolUse, calls_this_turn, last_user_text
 
-from repeat_hooks.redis import RedisStore
+from repeat_hooks.stores.redis import RedisStore
 
 REDIS_URL_ENV = "REPEAT_HOOKS_REDIS_URL"
 WITNESS_LOG_ENV = "PARCEL_WITNESS_LOG"

@@ -30,7 +30,7 @@ PROMPTS["And now?"] = [call("track_parcel")]
 def store_of(spec: str) -> StateStore:
     if spec == "memory":
         return MemoryStore()
-    from repeat_hooks.redis import RedisStore
+    from repeat_hooks.stores.redis import RedisStore
 
     return RedisStore.from_url(spec)
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from repeat_hooks_claude_agent_sdk.testing import STOP_LAG, UNSUPPORTED, Driver
 
-from repeat_hooks.testing import SCENARIOS, Scenario, ToolBox, check, scenario
+from repeat_hooks.kit.conformance import SCENARIOS, Scenario, ToolBox, check, scenario
 
 SUPPORTED = [item for item in SCENARIOS if item.name not in UNSUPPORTED]
 

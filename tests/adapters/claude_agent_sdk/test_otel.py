@@ -20,7 +20,7 @@ from repeat_hooks_claude_agent_sdk import RepeatGuardHooks
 from repeat_hooks_claude_agent_sdk.testing import FakeMessagesAPI
 from support.telemetry import holding
 
-from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT, RepeatHooksInstrumentor
+from repeat_hooks.observe.otel import REFUSAL_EVENT, STOP_EVENT, RepeatHooksInstrumentor
 
 
 async def test_refusals_and_the_stop_are_events_on_the_applications_span(tmp_path: Path) -> None:

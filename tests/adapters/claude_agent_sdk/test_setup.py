@@ -21,8 +21,8 @@ from repeat_hooks import (
     StopRepeatedCalls,
     StoreUnavailable,
     TokenPrices,
-    usage_tokens,
 )
+from repeat_hooks.kit import usage_tokens
 
 
 def test_a_budget_claude_code_cannot_feed_fails_at_construction() -> None:

@@ -126,7 +126,7 @@ async def test_a_rejected_call_counts_and_its_retry_past_the_limit_is_refused_wi
     assert rejected.final_text == "Ordered." and model.calls == 3
     session = await runner.session_service.get_session(app_name=runner.app_name, user_id=USER, session_id=session_id)
     assert session is not None
-    assert [event.refusal for event in read_state(session).events] == [RefusalKind.REJECTED]
+    assert [event.reason for event in read_state(session).events] == [RefusalKind.REJECTED]
 
 
 async def test_a_retry_after_a_rejection_within_the_limit_is_asked_and_runs_once() -> None:

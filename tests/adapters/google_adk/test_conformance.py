@@ -1,4 +1,4 @@
-"""The conformance kit on ADK's real Runner: every scenario of ``repeat_hooks.testing`` (none unsupported): the
+"""The conformance kit on ADK's real Runner: every scenario of ``repeat_hooks.kit.conformance`` (none unsupported): the
 loop around the agent is a ``LoopAgent``, isolated branches a ``ParallelAgent``, approval ``require_confirmation``."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from repeat_hooks_google_adk.testing import UNSUPPORTED, Driver
 
-from repeat_hooks.testing import SCENARIOS, Scenario, ToolBox, check
+from repeat_hooks.kit.conformance import SCENARIOS, Scenario, ToolBox, check
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ from repeat_hooks_google_adk import Policy, RepeatGuardPlugin
 from repeat_hooks_google_adk.testing import ScriptedLlm, keep_calling
 from support.telemetry import counters, global_spans, holding, instrumented
 
-from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT
+from repeat_hooks.observe.otel import REFUSAL_EVENT, STOP_EVENT
 
 from .conftest import Carrier, new_session, run_turn, runner_for
 

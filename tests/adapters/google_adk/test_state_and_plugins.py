@@ -139,7 +139,7 @@ async def test_a_refusal_is_marked_so_user_callbacks_can_tell_it_from_a_result(c
 
     def after_tool(tool: BaseTool, args: dict[str, Any], tool_context: ToolContext, tool_response: Any) -> None:
         refusal = refusal_of(tool_response)
-        seen.append(("refused", refusal.kind) if refusal is not None else ("ran", tool_response))
+        seen.append(("refused", refusal.reason) if refusal is not None else ("ran", tool_response))
 
     model = ScriptedLlm(then=keep_calling("track_parcel", ARGS))
     agent = LlmAgent(name="parcel_tracker", model=model, tools=[carrier.tool], after_tool_callback=after_tool)

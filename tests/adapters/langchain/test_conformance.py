@@ -1,4 +1,4 @@
-"""The conformance kit on LangChain's real ``create_agent`` loop: every scenario of ``repeat_hooks.testing``,
+"""The conformance kit on LangChain's real ``create_agent`` loop: every scenario of ``repeat_hooks.kit.conformance``,
 through ``invoke`` (the sync hooks) and ``ainvoke`` (the async ones)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from repeat_hooks_langchain.testing import Driver
 
-from repeat_hooks.testing import SCENARIOS, Scenario, ToolBox, check
+from repeat_hooks.kit.conformance import SCENARIOS, Scenario, ToolBox, check
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])

@@ -17,7 +17,7 @@ from repeat_hooks_langchain.testing import ScriptedChatModel, keep_calling
 from support.telemetry import Telemetry, events, instrumented
 
 from repeat_hooks import Policy
-from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT
+from repeat_hooks.observe.otel import REFUSAL_EVENT, STOP_EVENT
 
 PARCEL = "MARKER-FR-7731"
 PRICES = TokenPrices(3, 15)

@@ -73,7 +73,7 @@ def test_a_cost_budget_without_prices_fails_at_setup() -> None:
 
 
 def test_a_time_budget_without_a_clock_fails_at_setup() -> None:
-    with pytest.raises(GuardSetupError, match=r"max_model_seconds=.*clock=repeat_hooks.clock.monotonic"):
+    with pytest.raises(GuardSetupError, match=r"max_model_seconds=.*clock=repeat_hooks.kit.monotonic"):
         RepeatGuardMiddleware(Policy(max_model_seconds=30), clock=None)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from repeat_hooks_mistral.testing import Driver
 
-from repeat_hooks.testing import SCENARIOS, Scenario, ToolBox, check, scenario
+from repeat_hooks.kit.conformance import SCENARIOS, Scenario, ToolBox, check, scenario
 
 SUPPORTED = [item for item in SCENARIOS if item.name not in Driver.UNSUPPORTED]
 

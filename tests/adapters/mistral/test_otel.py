@@ -15,7 +15,7 @@ from repeat_hooks_mistral.testing import ScriptedModel, run_turn
 from support.telemetry import Telemetry, events, instrumented
 
 from repeat_hooks import Policy, StopReason
-from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT
+from repeat_hooks.observe.otel import REFUSAL_EVENT, STOP_EVENT
 
 PARCEL = "MARKER-FR-7731"
 

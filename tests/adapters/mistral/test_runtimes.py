@@ -42,9 +42,9 @@ async def test_what_rc11_shows_of_a_stopped_turn_and_what_the_guard_keeps(carrie
         assert (result.stop_reason, result.text) == ("completed", "")
         events = await events_of(ParcelGuard, session.session_id)
         assert [(e.kind, e.reason.value, e.count) for e in events] == [
-            ("refusal", "repeated_call", 3),
-            ("refusal", "repeated_call", 4),
-            ("refusal", "repeated_call", 5),
+            ("refusal", "repeat", 3),
+            ("refusal", "repeat", 4),
+            ("refusal", "repeat", 5),
             ("stop", "ignored_refusals", 3),
         ]
         first_turn = events[-1].turn_id

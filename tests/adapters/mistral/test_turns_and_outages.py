@@ -13,7 +13,7 @@ from repeat_hooks_mistral.settings import hook_points
 from repeat_hooks_mistral.testing import ScriptedModel, ToolUse, run_turn, tool_messages
 
 from repeat_hooks import GuardState, MemoryStore, Policy, StopReason, ToolCall
-from repeat_hooks.redis import RedisStore, StoreUnavailable
+from repeat_hooks.stores.redis import RedisStore, StoreUnavailable
 
 T = TypeVar("T")
 FR = {"tracking_number": "FR-7731"}

@@ -317,7 +317,7 @@ async def test_a_model_asking_again_for_a_rejected_call_is_refused_without_askin
         read[f"call_{n}"].startswith("Refused: send_refund with these exact arguments was already rejected 2 times")
         for n in (3, 4)
     )
-    assert [event.refusal for event in guard.events if event.kind == "refusal"] == [RefusalKind.REJECTED] * 3
+    assert [event.reason for event in guard.events if event.kind == "refusal"] == [RefusalKind.REJECTED] * 3
     assert result.final_output == STOPPED.replace("track_parcel", "send_refund")
     assert model.calls == 5
 

@@ -1,4 +1,4 @@
-"""The conformance kit (``repeat_hooks.testing``) on the SDK's real ``Runner``, run and streamed.
+"""The conformance kit (``repeat_hooks.kit.conformance``) on the SDK's real ``Runner``, run and streamed.
 
 Every scenario of the catalogue runs through ``repeat_hooks_openai_agents.testing.Driver``: a guarded
 agent, a ``GuardState`` per conversation, a scripted model at the SDK's ``Model`` seam. The scenarios the
@@ -13,7 +13,7 @@ from agents import Agent, ModelBehaviorError, RunConfig, Runner
 from repeat_hooks_openai_agents import GuardState, guard_agent
 from repeat_hooks_openai_agents.testing import UNSUPPORTED, Driver, ScriptedModel, kit_tool, message, tool_call
 
-from repeat_hooks.testing import SCENARIOS, Scenario, ToolBox, check, scenario
+from repeat_hooks.kit.conformance import SCENARIOS, Scenario, ToolBox, check, scenario
 
 SUPPORTED = [item for item in SCENARIOS if item.name not in UNSUPPORTED]
 

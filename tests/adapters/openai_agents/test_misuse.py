@@ -81,7 +81,7 @@ def test_settings_are_a_policy_or_keywords(carrier: Any) -> None:
     [
         (
             {"max_model_seconds": 30.0, "clock": None},
-            r"max_model_seconds=.*guard_agent\(\.\.\., clock=repeat_hooks.clock.monotonic\)",
+            r"max_model_seconds=.*guard_agent\(\.\.\., clock=repeat_hooks.kit.monotonic\)",
         ),
         ({"max_cost_usd": 0.5}, r"max_cost_usd=.*guard_agent\(\.\.\., cost=TokenPrices\("),
     ],

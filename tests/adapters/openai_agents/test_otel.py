@@ -19,7 +19,7 @@ from repeat_hooks_openai_agents import GuardState, guard_agent
 from repeat_hooks_openai_agents.testing import ScriptedModel, keep_calling
 from support.telemetry import totals
 
-from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT, RepeatHooksInstrumentor
+from repeat_hooks.observe.otel import REFUSAL_EVENT, STOP_EVENT, RepeatHooksInstrumentor
 
 PARCEL = "MARKER-FR-7731"
 SEED_004: dict[str, Any] = {"count": "per_turn", "match": "tool", "max_calls": 2, "max_refusals": 3}

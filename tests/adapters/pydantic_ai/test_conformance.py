@@ -7,7 +7,7 @@ import pytest
 from pydantic_ai.exceptions import UnexpectedModelBehavior
 from repeat_hooks_pydantic_ai.testing import UNSUPPORTED, Driver
 
-from repeat_hooks.testing import SCENARIOS, Scenario, ToolBox, check, scenario
+from repeat_hooks.kit.conformance import SCENARIOS, Scenario, ToolBox, check, scenario
 
 SUPPORTED = [item for item in SCENARIOS if item.name not in UNSUPPORTED]
 

@@ -117,7 +117,7 @@ async def test_a_write_annotated_destructive_and_not_idempotent_is_not_sent_twic
     result = await agent.run("Buy a label for FR-1")
     assert result.output == "Label bought."
     assert log.read_text().split("\n")[:-1] == ["label FR-1"]
-    kinds = [refusal.kind for _, refusal in refusals_of(result)]
+    kinds = [refusal.reason for _, refusal in refusals_of(result)]
     assert kinds == [RefusalKind.DUPLICATE_WRITE] * 2  # the write rule first, though the 3rd is past max_calls too
 
 

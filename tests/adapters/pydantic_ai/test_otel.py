@@ -18,7 +18,7 @@ from repeat_hooks_pydantic_ai.testing import ScriptedModel, keep_calling
 from support.telemetry import Telemetry, counters, holding, instrumented
 
 from repeat_hooks import Policy, StopReason
-from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT
+from repeat_hooks.observe.otel import REFUSAL_EVENT, STOP_EVENT
 
 PARCEL = "MARKER-FR-7731"
 PRICES = TokenPrices(3, 15)

@@ -135,7 +135,7 @@ async def test_a_denied_call_never_ran_but_counts_as_rejected() -> None:
     assert model.tool_returns(1) == ["Not this one."]
     (refused,) = model.tool_returns(2)
     assert refused.startswith("Refused: refund with these exact arguments was already rejected once before it ran")
-    assert [refusal.kind for _, refusal in refusals_of(second.all_messages())] == [RefusalKind.REJECTED]
+    assert [refusal.reason for _, refusal in refusals_of(second.all_messages())] == [RefusalKind.REJECTED]
 
 
 async def test_a_denied_call_leaves_room_for_a_retry_below_max_calls() -> None:
@@ -353,7 +353,7 @@ async def test_progress_is_rebuilt_from_the_results_the_model_read(carrier: Carr
 async def test_a_call_a_person_edits_is_decided_on_its_new_arguments() -> None:
     """Approved with other arguments (``override_args``), the edited refund is what ran and what counts: the
     model's later refund of the same order is refused without asking; the original call, which the person
-    edited away, did not run but counts as rejected (``Policy.withdraw_tool_call``), so it is refused too."""
+    edited away, did not run but counts as rejected (``Policy.record_rejection``), so it is refused too."""
     refunds = Refunds()
     script = steps([REFUND], [("refund", {"order": "B-2"})], [REFUND], "Done.")
     agent, model = refunds.agent(script, Policy(max_calls=1, count="per_turn"))

@@ -13,7 +13,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from repeat_hooks_pydantic_ai import refusals_of, stop_of
 from repeat_hooks_pydantic_ai.testing import ScriptedModel, answer, keep_calling
 
-from repeat_hooks import Stop, StopReason, StopRepeatedCalls, ToolCall
+from repeat_hooks import RefusalKind, Stop, StopReason, StopRepeatedCalls, ToolCall
 
 PARCEL = {"parcel_id": "FR-7731"}
 
@@ -73,7 +73,7 @@ async def test_seed_004_each_turn_runs_twice_refuses_three_times_and_ends_with_t
         # The run's refusals, as the guard recorded them in the tool returns' metadata (unseen by the model).
         refusals = refusals_of(result)
         assert [(tool, r.message, r.reason) for tool, r in refusals] == [
-            ("track_parcel", text, StopReason.REPEATED_CALL) for text in outputs[2:]
+            ("track_parcel", text, RefusalKind.REPEAT) for text in outputs[2:]
         ]
         history = result.all_messages()
     assert history is not None

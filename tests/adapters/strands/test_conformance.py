@@ -1,4 +1,4 @@
-"""The conformance kit on Strands' real agent loop: every scenario of ``repeat_hooks.testing``, with Strands'
+"""The conformance kit on Strands' real agent loop: every scenario of ``repeat_hooks.kit.conformance``, with Strands'
 default (concurrent) tool executor and with its sequential one."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from repeat_hooks_strands.testing import Driver
 from strands.tools.executors import ConcurrentToolExecutor, SequentialToolExecutor
 
-from repeat_hooks.testing import SCENARIOS, Scenario, ToolBox, check
+from repeat_hooks.kit.conformance import SCENARIOS, Scenario, ToolBox, check
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda scenario: scenario.name)

@@ -9,7 +9,8 @@ from repeat_hooks_strands import STOP_KEY, RepeatGuardHooks, read_state
 from repeat_hooks_strands.testing import ScriptedModel, keep_calling, tool_use
 from strands import Agent
 
-from repeat_hooks import GuardSetupError, Policy, StateCorrupt, StopRepeatedCalls, TokenPrices, usage_tokens
+from repeat_hooks import GuardSetupError, Policy, StateCorrupt, StopRepeatedCalls, TokenPrices
+from repeat_hooks.kit import usage_tokens
 
 from .conftest import ARGS, SEED_004, Carrier, looping_agent, model_of
 
@@ -112,7 +113,7 @@ def test_the_cost_function_gets_the_responses_usage_as_strands_reports_it(carrie
     ("settings", "message"),
     [
         ({"max_cost_usd": 1.0}, "cost=TokenPrices("),
-        ({"max_model_seconds": 10.0, "clock": None}, "clock=repeat_hooks.clock.monotonic"),
+        ({"max_model_seconds": 10.0, "clock": None}, "clock=repeat_hooks.kit.monotonic"),
     ],
 )
 def test_a_budget_nothing_feeds_fails_at_construction(settings: dict[str, object], message: str) -> None:

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from strands.session import FileSessionManager
 from support.telemetry import counters, global_spans, holding, instrumented
 
-from repeat_hooks.otel import REFUSAL_EVENT, STOP_EVENT, RepeatHooksInstrumentor
+from repeat_hooks.observe.otel import REFUSAL_EVENT, STOP_EVENT, RepeatHooksInstrumentor
 
 from .conftest import STOPPED, Carrier, looping_agent, model_of
 

@@ -64,7 +64,7 @@ def instrumented(*, spans: InMemorySpanExporter | None = None) -> Iterator[Telem
 
     Spans: ``spans`` (an exporter already on the global provider, for SDKs that trace through it: see
     ``global_spans``), else a ``TracerProvider`` of the block's own, handed to the instrumentor."""
-    from repeat_hooks.otel import RepeatHooksInstrumentor
+    from repeat_hooks.observe.otel import RepeatHooksInstrumentor
 
     reader = InMemoryMetricReader()
     provider: TracerProvider | None = None

@@ -41,4 +41,4 @@ __all__ = [
     "tool_call",
 ]
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

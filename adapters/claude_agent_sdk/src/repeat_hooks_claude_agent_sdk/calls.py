@@ -127,7 +127,7 @@ def deny(decision: Refusal | Stop, stop: Stop | None = None) -> SyncHookJSONOutp
             "permissionDecisionReason": decision.message,
         }
     }
-    if stop is not None or isinstance(decision, Stop) or decision.kind is RefusalKind.TURN_ENDED:
+    if stop is not None or isinstance(decision, Stop) or decision.reason is RefusalKind.TURN_ENDED:
         output["continue_"] = False
         output["stopReason"] = (stop or decision).message
     return output

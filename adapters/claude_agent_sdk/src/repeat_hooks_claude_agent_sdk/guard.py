@@ -2,7 +2,7 @@
 
 Claude Code runs the agent loop in its CLI and calls the hooks back in the Python process that started it.
 A turn is one user prompt: its ``prompt_id`` is the turn id (stable across the turn's hooks). The counts
-live in a ``StateStore`` (``MemoryStore`` by default; ``repeat_hooks.redis.RedisStore`` shared by several
+live in a ``StateStore`` (``MemoryStore`` by default; ``repeat_hooks.stores.redis.RedisStore`` shared by several
 processes), one ``GuardState`` per session id, so a session resumed later (``resume=session_id``), in this
 process or another, goes on with its state. Which hook does what:
 
@@ -61,8 +61,6 @@ from claude_agent_sdk import (
 from claude_agent_sdk.types import HookEvent
 
 from repeat_hooks import (
-    CostOf,
-    Feed,
     GuardState,
     MemoryStore,
     Policy,
@@ -72,10 +70,10 @@ from repeat_hooks import (
     Stop,
     StopReason,
     StoreUnavailable,
-    check_feeds,
     observe,
-    policy_from,
 )
+from repeat_hooks.kit import CostOf, check_feeds, policy_from
+from repeat_hooks.stop_rules import Feed
 
 from .calls import Hints, allow, deny, result_view, tool_call
 from .state import session_key, stop_of
@@ -111,7 +109,7 @@ class RepeatGuardHooks:
     ``store`` keeps one ``GuardState`` per session id (default: a ``MemoryStore`` of this process; a
     ``RedisStore`` for sessions resumed in other processes). ``cost`` turns a response's usage into dollars
     for ``max_cost_usd`` (``cost=TokenPrices(3, 15)``): it is handed the usage as Claude Code streams it, in
-    Anthropic's spelling, which ``repeat_hooks.usage_tokens`` reads (cache reads and writes are input tokens).
+    Anthropic's spelling, which ``repeat_hooks.kit.usage_tokens`` reads (cache reads and writes are input tokens).
     ``fail_closed``: when the store fails, refuse the call (``True``) rather than let it run (``False``, the
     default; the error is logged either way).
 
@@ -368,12 +366,12 @@ class RepeatGuardHooks:
 
     def _down(self) -> Refusal | None:
         """The decision of a call when the store failed: refused with ``fail_closed``, else let through."""
-        return Refusal(message=STORE_DOWN, reason=StopReason.REPEATED_CALL) if self.fail_closed else None
+        return Refusal(message=STORE_DOWN) if self.fail_closed else None
 
     def _cost_of(self, usage: Mapping[str, Any] | None) -> float:
         if self.cost is None or usage is None:
             return 0.0
-        return float(self.cost(usage))  # Anthropic's spelling, which repeat_hooks.usage_tokens reads
+        return float(self.cost(usage))  # Anthropic's spelling, which repeat_hooks.kit.usage_tokens reads
 
     async def _update(self, key: str, change: Callable[[GuardState], T], fallback: T) -> T:
         """One atomic change of the state under ``key`` (``session_key``); ``fallback`` when the store fails
@@ -389,7 +387,7 @@ class RepeatGuardHooks:
         async def callback(event: HookInput, tool_use_id: str | None, context: HookContext) -> HookJSONOutput:
             if not observe.OBSERVERS:
                 return await method(event)
-            # For the observers (repeat_hooks.otel: gen_ai.conversation.id, gen_ai.agent.name): the session, and
+            # For the observers (repeat_hooks.observe.otel: gen_ai.conversation.id, gen_ai.agent.name): the session, and
             # the agent type Claude Code names inside a sub-agent or for a session started with --agent.
             session, agent = event.get("session_id"), event.get("agent_type")
             with observe.scope(
@@ -412,7 +410,9 @@ def _stop_at_refusal(
     limit = policy.max_refusals
     if limit is None or state.turn.refused_responses < max(1, limit):
         return None
-    if not any(isinstance(decision, Refusal) and decision.kind is not RefusalKind.TURN_ENDED for decision in decisions):
+    if not any(
+        isinstance(decision, Refusal) and decision.reason is not RefusalKind.TURN_ENDED for decision in decisions
+    ):
         return None
     policy.record_model_call(state, cost_usd=cost, turn_id=turn_id)
     return policy.decide_model_call(state, turn_id=turn_id)

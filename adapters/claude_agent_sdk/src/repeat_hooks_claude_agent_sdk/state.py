@@ -3,7 +3,7 @@ guard's ``StateStore``.
 
 The key is the session id (``ResultMessage.session_id``, the hooks' ``session_id``): a session resumed with
 ``ClaudeAgentOptions(resume=session_id)`` keeps its id, so it goes on with its state, in any process that
-shares the store (``repeat_hooks.redis.RedisStore``). ``fork_session=True`` gives the fork a new id, and so a
+shares the store (``repeat_hooks.stores.redis.RedisStore``). ``fork_session=True`` gives the fork a new id, and so a
 state of its own, from scratch. A sub-agent (the ``Agent`` tool) has its own state under
 ``<session id>/<agent id>`` (its ``agent_id``, which the SDK's ``TaskStartedMessage`` gives as ``task_id``):
 the store bounds these as it bounds sessions (``MemoryStore``'s least recently used go first, a

@@ -40,7 +40,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import anyio
 from claude_agent_sdk import Transport
 
-from repeat_hooks import GuardSetupError, Refusal, Stop, ToolCall, batch_call_ids, check_tool_names
+from repeat_hooks import GuardSetupError, Refusal, Stop, ToolCall
+from repeat_hooks.call import batch_call_ids
+from repeat_hooks.kit import check_tool_names
 
 from .calls import Hints, hints_of, tool_call
 

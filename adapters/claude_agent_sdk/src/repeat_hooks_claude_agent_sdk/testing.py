@@ -55,7 +55,7 @@ from claude_agent_sdk import (
 from pydantic_core import to_jsonable_python
 
 from repeat_hooks import Policy, StopReason
-from repeat_hooks.testing import FINAL, SCENARIOS, STOPPED, Cursor, Scenario, Tool, ToolBox, TurnOutcome
+from repeat_hooks.kit.conformance import FINAL, SCENARIOS, STOPPED, Cursor, Scenario, Tool, ToolBox, TurnOutcome
 
 from .calls import result_text
 from .guard import RepeatGuardHooks
@@ -369,12 +369,12 @@ refusal that reaches it (``continue_: False`` with its ``PreToolUse`` deny): no 
 
 
 class Driver:
-    """Runs a ``repeat_hooks.testing`` scenario on the real Claude Code CLI (the kit's ``Driver`` for this SDK).
+    """Runs a ``repeat_hooks.kit.conformance`` scenario on the real Claude Code CLI (the kit's ``Driver`` for this SDK).
 
     The scenario's tools are tools of one in-process MCP server (``create_sdk_mcp_server``), each taking
     ``query``; a tool's ``read_only`` is its MCP ``readOnlyHint``; a tool that raises ``ToolFailed`` is
     answered by the SDK as an ``isError`` result with the error's text. The model is a ``FakeMessagesAPI``
-    answering the scenario's script in order (``repeat_hooks.testing.Cursor``: the driver starts each turn).
+    answering the scenario's script in order (``repeat_hooks.kit.conformance.Cursor``: the driver starts each turn).
     The guard is ``RepeatGuardHooks(claude_policy(scenario), **options)``; one ``ClaudeSDKClient`` (one
     session, one CLI) runs every turn. What the model saw is read from the tool results in the messages the
     SDK yields (their text as ``calls.result_text`` gives it); the final text is the ``ResultMessage``'s

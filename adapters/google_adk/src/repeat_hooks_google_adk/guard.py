@@ -38,7 +38,7 @@ Which callback does what:
 - ``after_tool_callback`` / ``on_tool_error_callback``: the outcome and the result as the model reads
   it (``calls.model_view``), for the error and progress rules. A call that only asked for confirmation
   did not run: nothing is recorded until the human answers. Approved, it runs as the call its batch
-  decided and counted; rejected, it is withdrawn (``Policy.withdraw_tool_call``): it counts as a rejected
+  decided and counted; rejected, it is withdrawn (``Policy.record_rejection``): it counts as a rejected
   call, so the same call rejected ``max_calls`` times is refused without asking again.
 - ``before_run_callback``: checks the setup once per invocation (see ``RepeatGuardPlugin``).
 """
@@ -68,24 +68,12 @@ from google.adk.tools.agent_tool import AgentTool
 from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 
-from repeat_hooks import (
-    Clock,
-    CostOf,
-    GuardSetupError,
-    GuardState,
-    HookPoint,
-    Policy,
-    Refusal,
-    Stop,
-    ToolCall,
-    batch_call_ids,
-    check_budgets,
-    check_tool_names,
-    error_text,
-    observe,
-    policy_from,
-)
-from repeat_hooks.clock import monotonic
+from repeat_hooks import GuardSetupError, GuardState, Policy, Refusal, Stop, ToolCall, observe
+from repeat_hooks.call import batch_call_ids
+from repeat_hooks.kit import Clock, CostOf, check_budgets, check_tool_names, policy_from
+from repeat_hooks.kit.clock import monotonic
+from repeat_hooks.result import error_text
+from repeat_hooks.stop_rules import HookPoint
 
 from .calls import function_response, mcp_is_error, model_view, tool_call
 from .state import SCOPE_SEPARATOR, STATE_KEY, STOP_METADATA, ParsedStates
@@ -163,7 +151,7 @@ _Callback = TypeVar("_Callback", bound=Callable[..., Awaitable[Any]])
 
 def _in_scope(callback: _Callback) -> _Callback:
     """Runs a plugin callback in ``observe.scope(...)``: the session's id and the running agent's name (an
-    event's author), which the observers read (``repeat_hooks.otel``: ``gen_ai.conversation.id``,
+    event's author), which the observers read (``repeat_hooks.observe.otel``: ``gen_ai.conversation.id``,
     ``gen_ai.agent.name``). With no observer registered it runs the callback as it is."""
 
     @functools.wraps(callback)
@@ -397,11 +385,11 @@ class RepeatGuardPlugin(BasePlugin):
             _bounded_put(self._live, invocation_id, self._live.get(invocation_id, 0) + 1)
         scope = self.scope_of(context)
         root = self._load(callback_context, self.state_key)
-        stop = self.policy.decide_model_call(root, turn_id=self.turn_of(callback_context.invocation_id))
+        stop = observe.apply(self.policy.decide_model_call, root, turn_id=self.turn_of(callback_context.invocation_id))
         state = root
         if stop is None and not scope.root:
             state = self._load(callback_context, scope.key)
-            stop = self.policy.decide_model_call(state, turn_id=scope.turn_id)
+            stop = observe.apply(self.policy.decide_model_call, state, turn_id=scope.turn_id)
             if stop is None:
                 self._states.stage(callback_context, root, self.state_key)
         if stop is not None:
@@ -454,8 +442,12 @@ class RepeatGuardPlugin(BasePlugin):
         if self.cost is not None and llm_response.usage_metadata is not None:
             cost = self.cost(llm_response.usage_metadata)
         state = self._load(callback_context, self.state_key)
-        self.policy.record_model_call(
-            state, seconds=seconds, cost_usd=cost, turn_id=self.turn_of(callback_context.invocation_id)
+        observe.apply(
+            self.policy.record_model_call,
+            state,
+            seconds=seconds,
+            cost_usd=cost,
+            turn_id=self.turn_of(callback_context.invocation_id),
         )
         self._states.stage(callback_context, state, self.state_key)  # on_event_callback writes it
         return None
@@ -523,13 +515,13 @@ class RepeatGuardPlugin(BasePlugin):
         session = invocation_context.session
         scope = self.scope_of(invocation_context)
         root = self._states.read(session, self.state_key)
-        self.policy.decide_model_call(root, turn_id=self.turn_of(invocation_context.invocation_id))
+        observe.apply(self.policy.decide_model_call, root, turn_id=self.turn_of(invocation_context.invocation_id))
         if scope.root:
             self._respond(invocation_context, event, tools, scope, root)
             return
         self._states.write_event(session, event, root, self.state_key)
         state = self._states.read(session, scope.key)
-        self.policy.decide_model_call(state, turn_id=scope.turn_id)
+        observe.apply(self.policy.decide_model_call, state, turn_id=scope.turn_id)
         self._respond(invocation_context, event, tools, scope, state)
 
     def _respond(
@@ -548,7 +540,7 @@ class RepeatGuardPlugin(BasePlugin):
         if calls:
             batch = [tool_call(tools.get(str(call.name)), call.args, call.id, name=call.name) for call in calls]
             invocation_id = invocation_context.invocation_id
-            decisions = self.policy.decide_tool_calls(state, batch, turn_id=scope.turn_id)
+            decisions = observe.apply(self.policy.decide_tool_calls, state, batch, turn_id=scope.turn_id)
             for call, call_id, refusal in zip(batch, batch_call_ids(batch), decisions, strict=True):
                 decided = _Decided(call=replace(call, call_id=call_id), refusal=refusal, scope=scope)
                 _bounded_append(self._decided, (invocation_id, str(call.call_id)), decided)
@@ -582,7 +574,7 @@ class RepeatGuardPlugin(BasePlugin):
             self._calls[tool_context] = answered
             if not confirmation.confirmed:
                 state = self._load(tool_context, scope.key)
-                self.policy.withdraw_tool_call(state, call, turn_id=scope.turn_id)
+                observe.apply(self.policy.record_rejection, state, call, turn_id=scope.turn_id)
                 self._states.write(tool_context, state, scope.key)
             _enclosing_turn.set(self.turn_of(tool_context.invocation_id))
             return None
@@ -590,7 +582,7 @@ class RepeatGuardPlugin(BasePlugin):
             scope = self.scope_of(tool_context._invocation_context)
             call = tool_call(tool, tool_args, tool_context.function_call_id)
             state = self._load(tool_context, scope.key)
-            refusal = self.policy.decide_tool_call(state, call, turn_id=scope.turn_id)
+            refusal = observe.apply(self.policy.decide_tool_call, state, call, turn_id=scope.turn_id)
             if refusal is not None or isinstance(tool, AgentTool):
                 # An AgentTool's nested Runner starts from a copy of this session's state: the count must be in it.
                 self._states.write(tool_context, state, scope.key)
@@ -671,7 +663,9 @@ class RepeatGuardPlugin(BasePlugin):
             return
         call.settled = True
         state = self._load(tool_context, call.scope.key)
-        self.policy.record_tool_result(state, call.call, ok=ok, result=result, turn_id=call.scope.turn_id)
+        observe.apply(
+            self.policy.record_tool_result, state, call.call, ok=ok, result=result, turn_id=call.scope.turn_id
+        )
         self._states.write(tool_context, state, call.scope.key)
 
 

@@ -32,8 +32,9 @@ from google.adk.events.event import Event
 from google.adk.sessions.session import Session
 from pydantic import ValidationError
 
-from repeat_hooks import GuardState, StateCorrupt, Stop, StopReason, load_state
+from repeat_hooks import GuardState, StateCorrupt, Stop, StopReason
 from repeat_hooks.decision import GuardEvent
+from repeat_hooks.kit import load_state
 
 STATE_KEY = "repeat_hooks:guard"
 """The session-state key the guard's invocation state is kept under (its scopes' keys start with it)."""

@@ -42,8 +42,8 @@ from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 from pydantic import PrivateAttr
 
-from repeat_hooks import error_text
-from repeat_hooks.testing import STOPPED, Cursor, Scenario, Tool, ToolBox, ToolFailed, TurnOutcome
+from repeat_hooks.kit.conformance import STOPPED, Cursor, Scenario, Tool, ToolBox, ToolFailed, TurnOutcome
+from repeat_hooks.result import error_text
 
 from .guard import RepeatGuardPlugin
 from .state import stop_of
@@ -242,7 +242,7 @@ CONFIRMATION = "adk_request_confirmation"
 
 
 class Driver:
-    """Runs a ``repeat_hooks.testing`` scenario on ADK's real ``Runner`` (the kit's ``Driver`` for ADK).
+    """Runs a ``repeat_hooks.kit.conformance`` scenario on ADK's real ``Runner`` (the kit's ``Driver`` for ADK).
 
     One ``LlmAgent`` with the scenario's tools as ``FunctionTool``s (each takes ``query``; a tool that needs
     approval is ``require_confirmation=True``), a ``ScriptedLlm`` answering the scenario's script,

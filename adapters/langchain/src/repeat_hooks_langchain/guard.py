@@ -52,18 +52,9 @@ from langgraph.errors import GraphInterrupt
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from repeat_hooks import (
-    Clock,
-    CostOf,
-    GuardSetupError,
-    GuardState,
-    Stopwatch,
-    check_budgets,
-    check_tool_names,
-    observe,
-    policy_from,
-)
-from repeat_hooks.clock import monotonic
+from repeat_hooks import GuardSetupError, GuardState, observe
+from repeat_hooks.kit import Clock, CostOf, Stopwatch, check_budgets, check_tool_names, policy_from
+from repeat_hooks.kit.clock import monotonic
 
 from .calls import (
     HITL_EDITS_KEY,
@@ -150,7 +141,7 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
     (``RepeatGuardMiddleware(max_calls=2, max_refusals=3)``); neither: ``Policy()``. ``cost``: the dollars
     of one response from its ``usage_metadata`` (``cost=TokenPrices(3, 15)``), required when
     ``max_cost_usd`` is set. ``clock``: times each model call for ``max_model_seconds``
-    (``repeat_hooks.clock.monotonic``; ``None``: 0 seconds). A setting the middleware could not feed fails
+    (``repeat_hooks.kit.monotonic``; ``None``: 0 seconds). A setting the middleware could not feed fails
     here, with ``repeat_hooks.GuardSetupError``; a tool named in the policy that the model call is not
     offered (``request.tools``) fails at the first model call. ``check_tools=False`` skips that check, for
     tools a middleware listed after the guard adds at run time (an MCP server's tools loaded mid-run).
@@ -195,7 +186,7 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         """
         _check_after_agent_order(self.name)
         guard = load_state(state)
-        self.policy.start_turn(guard, turn_id=_turn_id(runtime))
+        observe.apply(self.policy.start_turn, guard, turn_id=_turn_id(runtime))
         return {STATE_KEY: dump_state(guard)}
 
     async def abefore_agent(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -223,7 +214,7 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         guard = load_state(state)
         hints = load_hints(state.get(HINTS_KEY))
         self._record_outcomes(guard, state.get("messages", ()), state.get(UNDECIDED_KEY) or (), hints)
-        stop = self.policy.decide_model_call(guard)
+        stop = observe.apply(self.policy.decide_model_call, guard)
         update: dict[str, Any] = {STATE_KEY: dump_state(guard)}
         if stop is not None:
             update["jump_to"] = "end"
@@ -333,7 +324,7 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
                 cost += self.cost(usage)
         # No delivery id: the count is committed with the response in one checkpoint, so a model node that
         # runs again (a crash before the commit) is a new, real model call.
-        self.policy.record_model_call(guard, seconds=seconds, cost_usd=cost)
+        observe.apply(self.policy.record_model_call, guard, seconds=seconds, cost_usd=cost)
         # Calls the model node answered itself (structured output with ToolStrategy) never reach a tool.
         answered = {m.tool_call_id for m in response.result if isinstance(m, ToolMessage)}
         # The tool node runs the calls of the last AIMessage (``factory.py:2008``).
@@ -343,7 +334,9 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         batch = [position for position in range(len(calls)) if position not in skipped]
         refused: dict[int, str] = {}
         if calls:
-            refusals = self.policy.decide_tool_calls(guard, [guard_call(calls[position], hints) for position in batch])
+            refusals = observe.apply(
+                self.policy.decide_tool_calls, guard, [guard_call(calls[position], hints) for position in batch]
+            )
             for position, refusal in zip(batch, refusals, strict=True):
                 if refusal is not None:
                     refused[position] = refusal.message
@@ -385,18 +378,22 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
             ran = answer.response_metadata.get(RAN_KEY) if isinstance(answer.response_metadata, dict) else None
             if isinstance(ran, dict) and isinstance(ran.get("name"), str):
                 # A reviewer replaced the call: the original did not run; the new one was decided in the tool node.
-                self.policy.withdraw_tool_call(guard, original)
+                observe.apply(self.policy.record_rejection, guard, original)
                 args = ran.get("args")
                 ran_call = tool_call(name=ran["name"], args=args if isinstance(args, dict) else {}, id=None)
                 edited = guard_call(ran_call, hints)
-                if self.policy.decide_tool_call(guard, edited) is None and not ran.get("refused"):
-                    self.policy.record_tool_result(guard, edited, ok=not failed(answer), result=model_view(answer))
+                if observe.apply(self.policy.decide_tool_call, guard, edited) is None and not ran.get("refused"):
+                    observe.apply(
+                        self.policy.record_tool_result, guard, edited, ok=not failed(answer), result=model_view(answer)
+                    )
                 continue
             if rejected_by_reviewer(answer):
-                self.policy.withdraw_tool_call(guard, original)
+                observe.apply(self.policy.record_rejection, guard, original)
                 continue
             # What the model read of the result (content, block ids left out), not the message object.
-            self.policy.record_tool_result(guard, original, ok=not failed(answer), result=model_view(answer))
+            observe.apply(
+                self.policy.record_tool_result, guard, original, ok=not failed(answer), result=model_view(answer)
+            )
 
     @_scoped
     def _verdict(self, request: ToolCallRequest) -> _Verdict:
@@ -417,11 +414,11 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         hints = load_hints(state.get(HINTS_KEY))
         hints.update(tool_hints(getattr(request.runtime, "tools", None) or ()))
         guard = load_state(state)
-        self.policy.withdraw_tool_call(guard, guard_call(original, hints))
-        refusal = self.policy.decide_tool_call(guard, guard_call(running, hints))
+        observe.apply(self.policy.record_rejection, guard, guard_call(original, hints))
+        refusal = observe.apply(self.policy.decide_tool_call, guard, guard_call(running, hints))
         ran = {"name": running["name"], "args": running.get("args"), "refused": refusal is not None}
         if refusal is not None:
-            return _Verdict(_refusal_message(call, edit_refusal(refusal.kind, running["name"]), ran), None)
+            return _Verdict(_refusal_message(call, edit_refusal(refusal.reason, running["name"]), ran), None)
         return _Verdict(None, ran)
 
     def _check_tool_names(self, tools: Sequence[object]) -> None:

@@ -17,7 +17,7 @@ from langchain.agents.middleware.types import OmitFromInput, PrivateStateAttr
 from typing_extensions import NotRequired
 
 from repeat_hooks import GuardSetupError, GuardState, StateCorrupt, Stop
-from repeat_hooks import load_state as load_guard_state
+from repeat_hooks.kit import load_state as load_guard_state
 
 STATE_KEY = "repeat_guard"
 """The graph-state key holding ``GuardState.model_dump(mode="json")`` (digests and tool names, no arguments)."""

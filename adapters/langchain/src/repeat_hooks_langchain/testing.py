@@ -14,7 +14,7 @@ it sends without an id gets a fresh one (an id set in the script, even ``""``, i
 ``invalid_tool_calls`` (calls whose arguments could not be parsed) are sent as scripted; each response
 reports ``usage_metadata`` when ``usage`` is set.
 
-``Driver`` runs the conformance kit's scenarios (``repeat_hooks.testing``) on the real ``create_agent`` loop
+``Driver`` runs the conformance kit's scenarios (``repeat_hooks.kit.conformance``) on the real ``create_agent`` loop
 with this model.
 """
 
@@ -41,8 +41,8 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command
 from pydantic import ConfigDict, Field, PrivateAttr, SkipValidation
 
-from repeat_hooks import error_text
-from repeat_hooks.testing import STOPPED, Cursor, Scenario, Tool, ToolBox, ToolFailed, TurnOutcome
+from repeat_hooks.kit.conformance import STOPPED, Cursor, Scenario, Tool, ToolBox, ToolFailed, TurnOutcome
+from repeat_hooks.result import error_text
 
 from .guard import RepeatGuardMiddleware
 from .state import RepeatGuardState, stop_of
@@ -188,7 +188,7 @@ class ScriptedChatModel(BaseChatModel):
 
 
 class Driver:
-    """Runs a conformance scenario (``repeat_hooks.testing``) on LangChain's real ``create_agent`` loop.
+    """Runs a conformance scenario (``repeat_hooks.kit.conformance``) on LangChain's real ``create_agent`` loop.
 
     One agent per scenario: the scenario's tools as ``StructuredTool``\\ s taking ``query`` (a kit tool's
     ``read_only`` as MCP's ``readOnlyHint`` in the tool's ``metadata``, where ``langchain-mcp-adapters`` puts

@@ -40,4 +40,4 @@ __all__ = [
     "stop_of",
 ]
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

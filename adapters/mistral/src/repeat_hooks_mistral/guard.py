@@ -41,8 +41,10 @@ from mistralai.vibe.harness.runtime.capabilities import (
 from mistralai.vibe_agents.sdk.authoring.contracts import HookContext
 from mistralai.vibe_agents.sdk.transport.results import RunResult, run_one_turn
 
-from repeat_hooks import Feed, GuardSetupError, GuardState, Policy, StateStore, Stop, check_feeds, check_tool_names
+from repeat_hooks import GuardSetupError, GuardState, Policy, StateStore, Stop
+from repeat_hooks.kit import check_feeds, check_tool_names
 from repeat_hooks.observe import scope
+from repeat_hooks.stop_rules import Feed
 
 from . import settings
 from .calls import agent_tool_names, delivery_id, model_view, succeeded, tool_call

@@ -19,7 +19,8 @@ from typing import Any
 
 from mistralai.agents import agents
 
-from repeat_hooks import HookPoint, Policy, StateStore
+from repeat_hooks import Policy, StateStore
+from repeat_hooks.stop_rules import HookPoint
 
 SETTINGS = ("policy", "store", "state_name", "fail_closed", "cost")
 """The class variables a guard reads; nothing else configures it."""

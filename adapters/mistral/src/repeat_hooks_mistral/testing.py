@@ -14,7 +14,7 @@ same script works in any process), and every request is kept in ``requests``::
 A reply is answer text (``str``, the turn ends), one ``ToolUse`` or a list of them (the loop goes on).
 Not for production: it is what the tests and the offline example use.
 
-``Driver`` runs the core's conformance scenarios (``repeat_hooks.testing``) on the SDK's real loop with
+``Driver`` runs the core's conformance scenarios (``repeat_hooks.kit.conformance``) on the SDK's real loop with
 this model at its provider seam: ``check(scenario, box, Driver().run(scenario, box))``.
 
 The config names the model, nothing more, so it survives the SDK's serialization. A worker process
@@ -53,7 +53,7 @@ from mistralai.vibe.harness.runtime.completion.models import (
 from mistralai.vibe_agents.sdk.transport.results import RunResult, run_one_turn
 
 from repeat_hooks import MemoryStore, Stop
-from repeat_hooks.testing import FINAL, SCENARIOS, STOPPED, Cursor, Scenario, ToolBox, TurnOutcome
+from repeat_hooks.kit.conformance import FINAL, SCENARIOS, STOPPED, Cursor, Scenario, ToolBox, TurnOutcome
 
 from .guard import RepeatGuardHook
 from .settings import GuardClass
@@ -187,12 +187,12 @@ async def run_turn(session: SessionClient, text: str) -> RunResult[None]:
 
 
 class Driver:
-    """Runs a conformance scenario (``repeat_hooks.testing``) on rc11's real agent loop, in process.
+    """Runs a conformance scenario (``repeat_hooks.kit.conformance``) on rc11's real agent loop, in process.
 
     Each scenario gets its own guard class (``RepeatGuardHook`` with the scenario's policy and a store of
     its own), its tools as ``@agents.tool`` functions taking one string ``query`` (each run goes to
     ``ToolBox.run``; a ``ToolFailed`` reaches rc11 as the tool's exception), and a ``ScriptedModel`` at
-    the provider seam that answers the scenario's script in order (``repeat_hooks.testing.Cursor``: the
+    the provider seam that answers the scenario's script in order (``repeat_hooks.kit.conformance.Cursor``: the
     driver starts each turn). All turns run in one session, each through ``RepeatGuardHook.run(session,
     text)``: ``TurnOutcome.final`` is its text (the stop message when the guard ended the turn) and
     ``TurnOutcome.stop`` its stop.

@@ -74,20 +74,11 @@ from agents.tool_context import ToolContext
 from pydantic import TypeAdapter
 
 import repeat_hooks
-from repeat_hooks import (
-    Clock,
-    CostOf,
-    GuardState,
-    HookPoint,
-    Policy,
-    Stopwatch,
-    batch_call_ids,
-    check_budgets,
-    check_tool_names,
-    observe,
-    policy_from,
-)
-from repeat_hooks.clock import monotonic
+from repeat_hooks import GuardState, Policy, observe
+from repeat_hooks.call import batch_call_ids
+from repeat_hooks.kit import Clock, CostOf, Stopwatch, check_budgets, check_tool_names, policy_from
+from repeat_hooks.kit.clock import monotonic
+from repeat_hooks.stop_rules import HookPoint
 
 from .calls import FailureCheck, McpHints, batch_of, call_of, failed, model_view, output_type_of, tool_call
 from .state import (
@@ -225,7 +216,7 @@ class RepeatGuardHooks(AgentHooks[Any]):
             turn_in_run(state, context.usage)  # a handoff or a nested run: the turn goes on, if it is still ours
         else:
             with _observed(agent.name):
-                self.policy.start_turn(state, turn_id=turn_for_run(context.usage, state))
+                observe.apply(self.policy.start_turn, state, turn_id=turn_for_run(context.usage, state))
         if self.inner is not None:
             await self.inner.on_start(context, agent)
 
@@ -273,7 +264,7 @@ class RepeatGuardHooks(AgentHooks[Any]):
             cost = self.cost(response.usage)
         seconds = stopwatch.seconds() if stopwatch is not None else 0.0
         with _observed(agent.name):
-            self.policy.record_model_call(state, seconds=seconds, cost_usd=cost, turn_id=turn_id)
+            observe.apply(self.policy.record_model_call, state, seconds=seconds, cost_usd=cost, turn_id=turn_id)
             self._decide_batch(state, run, turn_id, agent, response)
         if self.inner is not None:
             await self.inner.on_llm_end(context, agent, response)
@@ -287,8 +278,8 @@ class RepeatGuardHooks(AgentHooks[Any]):
         since = last_event(state)
         if run is not None and run.batched_at == state.turn.responses:
             # No EndTurn since the last batch (a response that also handed off): open a new response first.
-            self.policy.decide_model_call(state, turn_id=turn_id)
-        decisions = self.policy.decide_tool_calls(state, calls, turn_id=turn_id)
+            observe.apply(self.policy.decide_model_call, state, turn_id=turn_id)
+        decisions = observe.apply(self.policy.decide_tool_calls, state, calls, turn_id=turn_id)
         trace_events(state, since, calls, decisions)
         if run is None:
             return  # a resumed run's response: its calls keep their own ids
@@ -401,7 +392,7 @@ def _no_usage(agent: Agent[Any], budget: float) -> GuardSetupError:
 
 
 def _observed(agent_name: str | None) -> contextlib.AbstractContextManager[object]:
-    """The observers' scope of a hook call: the running agent's name (``repeat_hooks.otel``'s
+    """The observers' scope of a hook call: the running agent's name (``repeat_hooks.observe.otel``'s
     ``gen_ai.agent.name``); nothing to enter with no observer registered."""
     return observe.scope(agent_name=agent_name) if observe.OBSERVERS else _UNOBSERVED
 
@@ -453,7 +444,9 @@ class RefuseRepeats:
             call_id = run.batch_id(call_id, tool_context.tool_name, tool_context.tool_arguments)
             run.claimed[id(tool_context)] = call_id
         with _observed(data.agent.name):
-            refusal = guard.policy.decide_tool_call(state, call_of(tool_context, self.hints, call_id), turn_id=turn_id)
+            refusal = observe.apply(
+                guard.policy.decide_tool_call, state, call_of(tool_context, self.hints, call_id), turn_id=turn_id
+            )
         if refusal is None:
             return _ALLOW
         if run is not None:
@@ -493,7 +486,8 @@ class RecordOutcome:
         call = call_of(tool_context, self.hints, call_id or tool_context.tool_call_id)
         output = data.output
         with _observed(data.agent.name):
-            guard.policy.record_tool_result(
+            observe.apply(
+                guard.policy.record_tool_result,
                 state,
                 call,
                 ok=not failed(output, guard.is_failure),
@@ -540,7 +534,7 @@ class EndTurn:
     A call the guard refused did not run, so it never becomes the caller's output: ``"stop_on_first_tool"``
     and ``StopAtTools`` look only at the calls that ran (a callable behaviour of yours sees every result,
     refusals included). A call a human rejected at approval did not run either: it is withdrawn
-    (``Policy.withdraw_tool_call``: it counts as a rejected call) before the stop is decided.
+    (``Policy.record_rejection``: it counts as a rejected call) before the stop is decided.
     """
 
     def __init__(
@@ -567,7 +561,7 @@ class EndTurn:
             return decided
         since = last_event(state)
         with _observed(self.agent_name):
-            stop = self.guard.policy.decide_model_call(state, turn_id=turn_id)
+            stop = observe.apply(self.guard.policy.decide_model_call, state, turn_id=turn_id)
         if stop is None:
             return decided
         trace_events(state, since)
@@ -600,7 +594,9 @@ class EndTurn:
             if run is not None and item is not None:
                 arguments = item.arguments
                 decided_as = run.batch_id(call_id, name, arguments) or call_id
-            self.guard.policy.withdraw_tool_call(state, tool_call(name, arguments, decided_as), turn_id=turn_id)
+            observe.apply(
+                self.guard.policy.record_rejection, state, tool_call(name, arguments, decided_as), turn_id=turn_id
+            )
 
     async def _original_decision(
         self, context: RunContextWrapper[Any], results: list[FunctionToolResult], run: Run | None

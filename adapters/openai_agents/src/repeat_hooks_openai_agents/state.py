@@ -34,7 +34,8 @@ from agents.memory import Session
 from pydantic import BaseModel
 
 import repeat_hooks
-from repeat_hooks import GuardState, Stop, StopRepeatedCalls, Stopwatch, load_state
+from repeat_hooks import GuardState, Stop, StopRepeatedCalls
+from repeat_hooks.kit import Stopwatch, load_state
 
 if TYPE_CHECKING:
     from agents import Usage

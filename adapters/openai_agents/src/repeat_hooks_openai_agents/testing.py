@@ -9,7 +9,7 @@ Not for production. The tests of this package, the example and the benchmark use
     model.outputs_received(2)        # {call_id: text} the 3rd request carried as tool outputs
 
 Each response reports ``usage`` (one request, ``input_tokens``/``output_tokens`` as set), as the
-SDK's own models do. ``Driver`` runs a ``repeat_hooks.testing`` scenario on the real ``Runner`` with a
+SDK's own models do. ``Driver`` runs a ``repeat_hooks.kit.conformance`` scenario on the real ``Runner`` with a
 ``ScriptedModel`` at the SDK's model seam (``Model``).
 """
 
@@ -52,7 +52,7 @@ from openai.types.responses.response_prompt_param import ResponsePromptParam
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
 from repeat_hooks import GuardState
-from repeat_hooks import testing as kit
+from repeat_hooks.kit import conformance as kit
 
 from .guard import guard_agent
 from .state import stop_items, stop_of

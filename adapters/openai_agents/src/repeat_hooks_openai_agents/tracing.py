@@ -61,19 +61,20 @@ def trace_events(
                 start = index + 1
                 break
     refused = zip(calls, decisions, strict=True)
-    ids = iter([call.call_id for call, refusal in refused if refusal and refusal.kind is not TURN_ENDED])
+    ids = iter([call.call_id for call, refusal in refused if refusal and refusal.reason is not TURN_ENDED])
     for event in events[start:]:
-        data: dict[str, Any] = {"reason": event.reason.value}
-        if event.refusal is not None:
-            data["rule"] = event.refusal.value
+        refusal = event.kind == "refusal"
+        data: dict[str, Any] = {"reason": "repeated_call", "rule": event.reason.value} if refusal else {}
+        if not refusal:
+            data["reason"] = event.reason.value
         if event.tool is not None:
             data["tool"] = event.tool
-        if event.kind == "refusal":
+        if refusal:
             call_id = next(ids, None)
             if call_id:
                 data["call_id"] = call_id
         data.update(count=_figure(event.count), limit=_figure(event.limit), turn=event.turn)
-        with custom_span(REFUSAL_SPAN if event.kind == "refusal" else STOP_SPAN, data):
+        with custom_span(REFUSAL_SPAN if refusal else STOP_SPAN, data):
             pass
 
 

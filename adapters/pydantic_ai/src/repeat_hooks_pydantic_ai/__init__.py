@@ -42,4 +42,4 @@ __all__ = [
     "tool_hints",
 ]
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

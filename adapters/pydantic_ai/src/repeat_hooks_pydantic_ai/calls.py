@@ -16,7 +16,8 @@ from pydantic_ai.exceptions import ModelRetry, ToolFailed, ToolFailedError, Tool
 from pydantic_ai.messages import TextContent, ToolCallPart, ToolReturn
 from pydantic_ai.tools import ToolDefinition
 
-from repeat_hooks import ToolCall, error_text
+from repeat_hooks import ToolCall
+from repeat_hooks.result import error_text
 
 FailureCheck = Callable[[Any], bool]
 """Says whether a tool's return value means the call failed (``True``) or succeeded."""

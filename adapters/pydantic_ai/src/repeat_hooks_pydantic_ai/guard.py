@@ -10,7 +10,7 @@ hooks, in the order they fire:
 - ``before_run``: starts the turn (its id is ``ctx.run_id``), or rebuilds the continued one, and picks
   the run's clock (the durability capability's run clock, when one offers it and ``clock`` is the default).
 - ``before_model_request``: at the run's first request, checks the tool names the policy mentions
-  against the agent's tools; marks the calls a person denied as rejected (``withdraw_tool_call``: they never
+  against the agent's tools; marks the calls a person denied as rejected (``record_rejection``: they never
   ran, and count toward their repeats); then asks the
   policy whether the turn is over: if so, the model is not called and the run ends with the stop (see
   ``state``); else the stopwatch starts.
@@ -69,21 +69,10 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolApproved, ToolDefinition
 
 import repeat_hooks
-from repeat_hooks import (
-    Clock,
-    CostOf,
-    GuardState,
-    Policy,
-    Refusal,
-    Stopwatch,
-    TokenPrices,
-    ToolCall,
-    check_budgets,
-    check_tool_names,
-    policy_from,
-)
-from repeat_hooks.clock import monotonic
-from repeat_hooks.observe import held, scope
+from repeat_hooks import GuardState, Policy, Refusal, TokenPrices, ToolCall, observe
+from repeat_hooks.kit import Clock, CostOf, Stopwatch, check_budgets, check_tool_names, policy_from
+from repeat_hooks.kit.clock import monotonic
+from repeat_hooks.observe import scope
 
 from .calls import FailureCheck, failure_view, model_view, tool_call
 from .state import (
@@ -311,7 +300,7 @@ class RepeatGuard(AbstractCapability[Any]):
                 self._turn = turn_id or ctx.run_id
                 self._history = (list(ctx.messages), start)
                 return
-        self.policy.start_turn(state, turn_id=self._turn)
+        observe.apply(self.policy.start_turn, state, turn_id=self._turn)
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
         """Fires around the whole run: its hooks' observations (``repeat_hooks.observe``, OpenTelemetry) belong
@@ -344,7 +333,7 @@ class RepeatGuard(AbstractCapability[Any]):
             with _as_setup_error():
                 check_tool_names(self.policy, names, owner=OWNER)
         self._withdraw_denied(ctx)
-        stop = self.policy.decide_model_call(state, turn_id=self._turn)
+        stop = observe.apply(self.policy.decide_model_call, state, turn_id=self._turn)
         if stop is None:
             self._watch().start()
             return request_context
@@ -361,7 +350,9 @@ class RepeatGuard(AbstractCapability[Any]):
         if state.turn.stop is not None:
             return response
         cost = self.cost(response.usage) if self.cost is not None else 0.0
-        self.policy.record_model_call(state, seconds=self._watch().seconds(), cost_usd=cost, turn_id=self._turn)
+        observe.apply(
+            self.policy.record_model_call, state, seconds=self._watch().seconds(), cost_usd=cost, turn_id=self._turn
+        )
         tools = {tool.name: tool for tool in request_context.model_request_parameters.function_tools}
         parts: list[ToolCallPart] = []
         calls: list[ToolCall] = []
@@ -372,7 +363,7 @@ class RepeatGuard(AbstractCapability[Any]):
             if tool is not None and tool.kind in DECIDED_KINDS:  # external calls are not the agent's to run
                 parts.append(part)
                 calls.append(tool_call(part, tool))
-        decisions = self.policy.decide_tool_calls(state, calls, turn_id=self._turn)
+        decisions = observe.apply(self.policy.decide_tool_calls, state, calls, turn_id=self._turn)
         self._batch = {
             part.tool_call_id: (call, decision) for part, call, decision in zip(parts, calls, decisions, strict=True)
         }
@@ -476,16 +467,16 @@ class RepeatGuard(AbstractCapability[Any]):
         if self._history is not None and ctx is not None:
             messages, start = self._history
             self._history = None
-            with held():  # the history's decisions were observed when first made: not told again
-                rebuilt = rebuild(
-                    self.policy,
-                    messages,
-                    turn_id=self._turn,
-                    start=start,
-                    tools=tools or _prepared_tools(ctx),
-                    cost=self.cost,
-                    is_failure=self.is_failure,
-                )
+            # the history's decisions were observed when first made: its state never listens, so none is told again
+            rebuilt = rebuild(
+                self.policy,
+                messages,
+                turn_id=self._turn,
+                start=start,
+                tools=tools or _prepared_tools(ctx),
+                cost=self.cost,
+                is_failure=self.is_failure,
+            )
             self._state, self._batch = rebuilt.state, rebuilt.batch
         state = self._state
         if state is None:
@@ -517,15 +508,17 @@ class RepeatGuard(AbstractCapability[Any]):
             sent = call.args if call.args is not None else {}  # as ``tool_call`` reads them
             if not (ctx.tool_call_approved and sent != decided[0].arguments):
                 return decided[0], decided[1], False
-            self.policy.withdraw_tool_call(state, decided[0], turn_id=self._turn)
+            observe.apply(self.policy.record_rejection, state, decided[0], turn_id=self._turn)
             del self._batch[call.tool_call_id]
             request = tool_call(call, tool_def)
-            return request, self.policy.decide_tool_call(state, request, turn_id=self._turn), True
+            return request, observe.apply(self.policy.decide_tool_call, state, request, turn_id=self._turn), True
         request = tool_call(call, tool_def)
-        return request, self.policy.decide_tool_call(state, request, turn_id=self._turn), False
+        return request, observe.apply(self.policy.decide_tool_call, state, request, turn_id=self._turn), False
 
     def _record(self, ctx: RunContext[Any], request: ToolCall, *, ok: bool, result: Any) -> None:
-        self.policy.record_tool_result(self._run_state(), request, ok=ok, result=result, turn_id=self._turn)
+        observe.apply(
+            self.policy.record_tool_result, self._run_state(), request, ok=ok, result=result, turn_id=self._turn
+        )
 
     def _withdraw_denied(self, ctx: RunContext[Any]) -> None:
         """Calls of the last batch a person denied never ran: withdrawn, they count as rejected calls (the same
@@ -536,4 +529,4 @@ class RepeatGuard(AbstractCapability[Any]):
             if isinstance(part, ToolReturnPart) and part.outcome == "denied":
                 decided = self._batch.get(part.tool_call_id)
                 if decided is not None and decided[1] is None:
-                    self.policy.withdraw_tool_call(self._run_state(), decided[0], turn_id=self._turn)
+                    observe.apply(self.policy.record_rejection, self._run_state(), decided[0], turn_id=self._turn)

@@ -44,7 +44,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.tools import ToolDefinition
 
-from repeat_hooks import CostOf, GuardState, Policy, Refusal, Stop, ToolCall
+from repeat_hooks import GuardState, Policy, Refusal, Stop, ToolCall
+from repeat_hooks.kit import CostOf
 
 from .calls import FailureCheck, tool_call
 
@@ -282,13 +283,13 @@ def _replay_return(
         return
     metadata = part.metadata
     if isinstance(metadata, dict) and EDIT_KEY in metadata:  # a person edited it: the edited call ran
-        policy.withdraw_tool_call(state, call, turn_id=turn_id)
+        policy.record_rejection(state, call, turn_id=turn_id)
         call = replace(call, arguments=metadata[EDIT_KEY])
         if policy.decide_tool_call(state, call, turn_id=turn_id) is not None:
             return  # the edited call was refused: its refusal is the return
     outcome = part.outcome
     if outcome == "denied":
-        policy.withdraw_tool_call(state, call, turn_id=turn_id)
+        policy.record_rejection(state, call, turn_id=turn_id)
     elif outcome == "failed":
         result = part.model_response_str(wrap_if_error=False)
         policy.record_tool_result(state, call, ok=False, result=result, turn_id=turn_id)

@@ -14,10 +14,10 @@ responses already in the messages it is sent (the history of earlier runs includ
 nothing else, so two processes (a durable workflow's replay, a worker taking a run over) script the
 same responses; call ids are ``call_<step>_<index>`` for the same reason.
 
-``Driver`` runs the core's conformance scenarios (``repeat_hooks.testing``) on pydantic-ai's real agent
+``Driver`` runs the core's conformance scenarios (``repeat_hooks.kit.conformance``) on pydantic-ai's real agent
 graph, a ``ScriptedModel`` answering each turn's script::
 
-    from repeat_hooks.testing import SCENARIOS, ToolBox, check
+    from repeat_hooks.kit.conformance import SCENARIOS, ToolBox, check
 
     box = ToolBox(scenario)
     check(scenario, box, Driver().run(scenario, box))
@@ -54,7 +54,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
-from repeat_hooks import testing as kit
+from repeat_hooks.kit import conformance as kit
 
 from .guard import RepeatGuard
 from .state import stop_of

@@ -60,24 +60,11 @@ from strands.hooks import (
 )
 from strands.plugins import Plugin
 
-from repeat_hooks import (
-    Clock,
-    CostOf,
-    GuardSetupError,
-    GuardState,
-    HookPoint,
-    Policy,
-    Refusal,
-    Stop,
-    Stopwatch,
-    ToolCall,
-    batch_call_ids,
-    check_budgets,
-    check_tool_names,
-    observe,
-    policy_from,
-)
-from repeat_hooks.clock import monotonic
+from repeat_hooks import GuardSetupError, GuardState, Policy, Refusal, Stop, ToolCall, observe
+from repeat_hooks.call import batch_call_ids
+from repeat_hooks.kit import Clock, CostOf, Stopwatch, check_budgets, check_tool_names, policy_from
+from repeat_hooks.kit.clock import monotonic
+from repeat_hooks.stop_rules import HookPoint
 
 from .calls import model_view, succeeded, tool_call
 from .state import STATE_KEY, ParsedStates
@@ -98,7 +85,7 @@ _Hook = TypeVar("_Hook", bound=Callable[[Any, Any], None])
 
 def _in_scope(hook: _Hook) -> _Hook:
     """Runs a hook callback in ``observe.scope(...)``: the agent's name and, with a session manager, its session
-    id, which the observers read (``repeat_hooks.otel``: ``gen_ai.agent.name``, ``gen_ai.conversation.id``).
+    id, which the observers read (``repeat_hooks.observe.otel``: ``gen_ai.agent.name``, ``gen_ai.conversation.id``).
     With no observer registered it runs the callback as it is."""
 
     @functools.wraps(hook)
@@ -237,7 +224,7 @@ class RepeatGuardHooks(Plugin):
         if not event.messages and state.turn.number:
             self._states.keep(agent, state)  # unchanged: parsed for the next read, not written
             return
-        self.policy.start_turn(state, turn_id=uuid.uuid4().hex)
+        observe.apply(self.policy.start_turn, state, turn_id=uuid.uuid4().hex)
         self._write(agent, state)
 
     @_in_scope
@@ -254,7 +241,7 @@ class RepeatGuardHooks(Plugin):
             run.ahead = False  # AfterToolsEvent decided this call already
         else:
             state = self._read(agent)
-            stop = self.policy.decide_model_call(state)
+            stop = observe.apply(self.policy.decide_model_call, state)
             self._write(agent, state)
             if stop is not None:
                 event.cancel = stop.message
@@ -283,7 +270,7 @@ class RepeatGuardHooks(Plugin):
             usage = metadata.get("usage") if isinstance(metadata, dict) else None
             cost = self.cost(usage if usage is not None else {})
         state = self._read(event.agent)
-        self.policy.record_model_call(state, seconds=seconds, cost_usd=cost)
+        observe.apply(self.policy.record_model_call, state, seconds=seconds, cost_usd=cost)
         self._write(event.agent, state)
 
     # -- tools ---------------------------------------------------------------------------------------
@@ -300,7 +287,7 @@ class RepeatGuardHooks(Plugin):
             return
         calls = [tool_call(use, _lookup(agent, str(use.get("name", "")))) for use in uses]
         state = self._read(agent)
-        decisions = self.policy.decide_tool_calls(state, calls)
+        decisions = observe.apply(self.policy.decide_tool_calls, state, calls)
         run = self._run(agent)
         run.batch = [
             _Call(use=use, call=replace(call, call_id=call_id), refusal=refusal)
@@ -328,7 +315,9 @@ class RepeatGuardHooks(Plugin):
                 return  # a direct call by the application (agent.tool.x(...)), not the model's: not guarded
             state = self._read(agent)
             call = tool_call(event.tool_use, event.selected_tool)
-            entry = _Call(use=event.tool_use, call=call, refusal=self.policy.decide_tool_call(state, call))
+            entry = _Call(
+                use=event.tool_use, call=call, refusal=observe.apply(self.policy.decide_tool_call, state, call)
+            )
             entry.claimed = True
             run.batch.append(entry)
             self._stage(agent, state)
@@ -339,7 +328,7 @@ class RepeatGuardHooks(Plugin):
     def _on_after_tool_call(self, event: AfterToolCallEvent) -> None:
         """Fires after each tool call: records whether it succeeded and what the model reads of its result.
         A call another hook cancelled (a human rejected it at an interrupt, a guardrail) did not run: it is
-        withdrawn, and counts as rejected (``Policy.withdraw_tool_call``). Skips calls the guard refused and
+        withdrawn, and counts as rejected (``Policy.record_rejection``). Skips calls the guard refused and
         attempts another hook discards (``retry``). Returns nothing."""
         if event.retry or not self._records_outcomes:
             return
@@ -348,7 +337,7 @@ class RepeatGuardHooks(Plugin):
             entry = self._run(agent).settle(event.tool_use)
             if entry is not None and entry.refusal is None:
                 state = self._read(agent)
-                self.policy.withdraw_tool_call(state, entry.call)
+                observe.apply(self.policy.record_rejection, state, entry.call)
                 self._stage(agent, state)
             return
         entry = self._run(agent).settle(event.tool_use)
@@ -356,7 +345,9 @@ class RepeatGuardHooks(Plugin):
             return
         state = self._read(agent)
         result = event.result
-        self.policy.record_tool_result(state, entry.call, ok=succeeded(result), result=model_view(result))
+        observe.apply(
+            self.policy.record_tool_result, state, entry.call, ok=succeeded(result), result=model_view(result)
+        )
         self._stage(agent, state)
 
     @_in_scope
@@ -376,7 +367,7 @@ class RepeatGuardHooks(Plugin):
             # same calls again in this response: each is found by its id, not counted twice).
             self._write(agent, state)
             return
-        stop = self.policy.decide_model_call(state)
+        stop = observe.apply(self.policy.decide_model_call, state)
         self._write(agent, state)
         if stop is None:
             run.ahead = True

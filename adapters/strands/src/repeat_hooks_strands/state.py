@@ -22,7 +22,8 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from repeat_hooks import GuardState, StateCorrupt, Stop, load_state
+from repeat_hooks import GuardState, StateCorrupt, Stop
+from repeat_hooks.kit import load_state
 
 if TYPE_CHECKING:
     from strands.agent.state import AgentState

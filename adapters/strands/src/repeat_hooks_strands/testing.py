@@ -36,7 +36,7 @@ from strands.types.interrupt import InterruptResponseContent
 from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolSpec, ToolUse
 
-from repeat_hooks.testing import STOPPED, Cursor, Scenario, Tool, ToolBox, TurnOutcome
+from repeat_hooks.kit.conformance import STOPPED, Cursor, Scenario, Tool, ToolBox, TurnOutcome
 
 from .guard import RepeatGuardHooks
 from .state import stop_of
@@ -186,7 +186,7 @@ def final_text(agent: Agent) -> str:
 
 
 class Driver:
-    """Runs a ``repeat_hooks.testing`` scenario on Strands' real agent loop (the kit's ``Driver`` for Strands).
+    """Runs a ``repeat_hooks.kit.conformance`` scenario on Strands' real agent loop (the kit's ``Driver`` for Strands).
 
     One ``Agent`` with the scenario's tools (``@tool`` functions taking ``query``; a kit tool's ``read_only``
     is carried as Strands carries MCP's: ``tool_spec["annotations"]["readOnlyHint"]``), a ``ScriptedModel``

@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from .stop_reason import StopReason
+from .decision import StopReason
 
 
 class HookPoint(str, Enum):
-    """The five points at which an adapter calls the guard."""
+    """The points at which an adapter calls the guard: one per method of the hook (``StopRepeatedCalls``),
+    whose names they are (``pre_tool_calls``, a response's calls at once, is ``PRE_TOOL_CALL`` too)."""
 
     PRE_AGENT_TURN = "pre_agent_turn"
     """A user message starts a turn."""
@@ -23,6 +24,9 @@ class HookPoint(str, Enum):
     """Before a tool runs: the call is decided."""
     POST_TOOL_CALL = "post_tool_call"
     """After a tool ran: its outcome and result are recorded."""
+    POST_TOOL_REJECTED = "post_tool_rejected"
+    """A call the guard let through was rejected before it ran (a human, another guardrail): it counts as
+    rejected. Only an SDK that can reject calls has it; no policy needs it (``Policy.hook_points``)."""
     PRE_LLM_CALL = "pre_llm_call"
     """Before a model call: the turn may be stopped."""
     POST_LLM_CALL = "post_llm_call"

@@ -3,7 +3,7 @@
 Install the extra (``pip install 'repeat-hooks[otel]'``: ``opentelemetry-api`` only) and instrument once per
 process, as with any OpenTelemetry instrumentation::
 
-    from repeat_hooks.otel import RepeatHooksInstrumentor
+    from repeat_hooks.observe.otel import RepeatHooksInstrumentor
 
     RepeatHooksInstrumentor().instrument()  # the global providers; or tracer_provider=..., meter_provider=...
     ...
@@ -71,11 +71,10 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from opentelemetry.util.types import AttributeValue
 
-from . import __version__
-from .decision import RefusalKind
-from .observe import ModelCallDecided, Observation, Observer, ToolCallDecided, add_observer, current_scope
-from .stop_reason import StopReason
-from .stop_rule import STOP_RULES, HookPoint
+from .. import __version__
+from ..decision import RefusalKind, StopReason
+from ..stop_rules import STOP_RULES, HookPoint
+from . import ModelCallDecided, Observation, Observer, ToolCallDecided, add_observer, current_scope
 
 __all__ = [
     "REFUSAL_EVENT",
@@ -144,12 +143,13 @@ class _Telemetry:
         if refusal is None:
             self.decisions.add(1, {**labels, OUTCOME: "allowed"})
             return
-        why: Attributes = {REASON: refusal.reason.value, RULE: refusal.kind.value}
+        reason = seen.stopped if seen.stopped is not None else StopReason.REPEATED_CALL
+        why: Attributes = {REASON: reason.value, RULE: refusal.reason.value}
         self.decisions.add(1, {**labels, OUTCOME: "refused", **why})
         del labels[HOOK]
         self.refused.add(1, {**labels, **why})
         event: Attributes = {**why, TURN: seen.where.turn, RESPONSE: seen.where.response}
-        saves = refusal.kind is not RefusalKind.TURN_ENDED  # after a stop, no model call was coming anyway
+        saves = refusal.reason is not RefusalKind.TURN_ENDED  # after a stop, no model call was coming anyway
         if saves and seen.model_seconds > 0:
             self.saved_seconds.add(seen.model_seconds, labels)
             event[SAVED_SECONDS] = seen.model_seconds

@@ -1,50 +1,16 @@
-"""Where a session's ``GuardState`` lives when it cannot live on the hook: the ``StateStore`` seam.
-
-A store does one thing: an atomic read-modify-write of one session's state, by key. Adapters call the
-policy's rules inside ``update``, so two hook calls of one session never interleave their counts,
-whichever task, thread or process runs them.
-
-A store takes no digest key: it keeps the JSON the policy wrote (digests, tool names, ids) and never makes a
-digest itself. ``Policy(digest_key=...)`` keys the digests, and the state keeps the key's 4-byte fingerprint:
-a worker whose policy has another key, or none, raises ``GuardSetupError`` naming ``digest_key`` on the first
-update of a session whose state holds a digest, and writes nothing.
-"""
+"""``MemoryStore``: the in-process ``StateStore``, safe under asyncio tasks and threads, bounded by LRU."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import TypeVar
 
-from .state import GuardState
-from .store_errors import StateCorrupt, StoreContention, StoreUnavailable
-
-__all__ = ["MemoryStore", "StateCorrupt", "StateStore", "StoreContention", "StoreUnavailable"]
+from .. import observe
+from ..state import GuardState
 
 T = TypeVar("T")
-
-
-@runtime_checkable
-class StateStore(Protocol):
-    """An atomic read-modify-write of one session's ``GuardState``."""
-
-    async def update(self, key: str, change: Callable[[GuardState], T]) -> T:
-        """Apply ``change`` to the state under ``key`` (a new ``GuardState`` if none), save it, return its result.
-
-        Atomic per key. ``change`` may run more than once (optimistic stores retry on conflict), and a
-        store may apply several queued changes of one key in one write, in arrival order; so ``change``
-        must be synchronous and depend on nothing but the state it is given (no awaiting, no I/O). The
-        policy's rules qualify; their log lines may repeat when a change is retried.
-
-        Raises ``StoreUnavailable`` when a shared store cannot decide; an exception raised by ``change``
-        itself reaches the caller and nothing is written.
-        """
-        ...
-
-    async def load(self, key: str) -> GuardState | None:
-        """The state under ``key``, or ``None``: for reading, never for deciding."""
-        ...
 
 
 class MemoryStore:
@@ -81,7 +47,10 @@ class MemoryStore:
                     self.evictions += 1
             else:
                 states.move_to_end(key)
-            return change(state)
+            if not observe.OBSERVERS:
+                return change(state)
+            with observe.publishing(state):
+                return change(state)
 
     async def load(self, key: str) -> GuardState | None:
         """See ``StateStore.load``. Returns a copy: changing it changes nothing stored."""

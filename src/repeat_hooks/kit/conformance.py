@@ -7,7 +7,7 @@ returns the scripted result, or raises ``ToolFailed``), replaces the model at th
 one that answers from the script, runs each turn through the SDK's real loop, and reports what happened
 (``TurnOutcome``). ``check`` then compares it with what the scenario expects::
 
-    from repeat_hooks.testing import SCENARIOS, ToolBox, check
+    from repeat_hooks.kit.conformance import SCENARIOS, ToolBox, check
 
     UNSUPPORTED = {"isolated_branches_count_apart": "my SDK has no sub-agents (file:line of the SDK fact)"}
 
@@ -72,9 +72,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .decision import Stop
-from .policy import Policy
-from .stop_reason import StopReason
+from ..decision import Stop, StopReason
+from ..policy import Policy
 
 FINAL = "done"
 """What the scripted model answers past its script: the turn's final text when the guard did not stop it."""

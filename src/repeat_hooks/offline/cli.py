@@ -9,12 +9,12 @@ Input: JSON Lines or JSON (a list), optionally gzipped, each record either the g
 response) or an OpenAI chat-format conversation (a list of messages, or ``{"messages": [...], "success":
 ...}``: each user message starts a turn; an assistant message's ``tool_calls`` are one response; ``tool``
 messages carry the results). A malformed record is reported on stderr with its line number, and the rest is
-still replayed. A digest-only recording (``repeat_hooks.recording``: a file of it, or a recorder's folder)
+still replayed. A digest-only recording (``repeat_hooks.offline.recording``: a file of it, or a recorder's folder)
 is read too, and decided on exactly as the full trajectories it was made from.
 
 ``repeat-hooks record FILES --out DIR`` writes full trajectories as a digest-only recording;
 ``repeat-hooks tune FILES`` proposes a policy from recordings, each suggestion measured by replay
-(``repeat_hooks.tune``). A command whose output is cut short (``| head``) ends quietly.
+(``repeat_hooks.offline.tune``). A command whose output is cut short (``| head``) ends quietly.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from typing import IO, Any
 
 from pydantic import ValidationError
 
-from .policy import Policy
-from .recording import DigestRecorder, is_digest_line, read_digest_lines, read_folder
+from ..policy import Policy
+from .reading import is_digest_line, read_digest_lines, read_folder
+from .recording import DigestRecorder
 from .replay import ROWS, NotReplayable, RecordedCall, Tally, Trajectory, replay_one
 
 MAX_LINE_CHARS = 64 * 1024 * 1024

@@ -7,11 +7,11 @@ import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .policy import Policy
-from .setup_error import GuardSetupError
-from .stop_rule import STOP_RULES, Feed
+from ..errors import GuardSetupError
+from ..policy import Policy
+from ..stop_rules import STOP_RULES, Feed
 
-__all__ = ["GuardSetupError", "check_budgets", "check_feeds", "check_tool_names", "policy_from"]
+__all__ = ["check_budgets", "check_feeds", "check_tool_names", "policy_from"]
 
 _SETTINGS = tuple(Policy.model_fields)
 _NAMED_TOOLS = ("limits", "exempt", "read_only", "destructive")
@@ -110,7 +110,7 @@ def check_budgets(
     if clock is not None and not callable(clock):
         raise TypeError(
             f"{owner}(clock=...) takes a Clock, a function returning seconds, such as "
-            f"repeat_hooks.clock.monotonic; got {type(clock).__name__}"
+            f"repeat_hooks.kit.monotonic; got {type(clock).__name__}"
         )
     can = set(feeds)
     if cost is not None:
@@ -119,8 +119,9 @@ def check_budgets(
         can.add(Feed.SECONDS)
     how = {
         Feed.COST: f"{owner}(..., cost=TokenPrices(input_usd_per_million, output_usd_per_million))",
-        Feed.SECONDS: f"{owner}(..., clock=repeat_hooks.clock.monotonic) (the default)",
+        Feed.SECONDS: f"{owner}(..., clock=repeat_hooks.kit.monotonic) (the default)",
     }
+    how = {feed: fix for feed, fix in how.items() if feed not in (why or {})}  # a figure this SDK never feeds
     check_feeds(policy, can=can, owner=owner, how=how, why=why, error=error)
 
 

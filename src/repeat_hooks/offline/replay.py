@@ -8,7 +8,7 @@ when its result or the last one the model saw for it was never recorded (``UNREC
 of a call whose outcome never reached the recorder, or one the live guard refused before it ever ran). A
 successful trajectory with any refusal or stop is the false-alarm proxy: the task succeeded without help.
 Turns and calls are numbered from 1, as the recorder and OpenTelemetry number them. Pure: no I/O;
-``repeat_hooks.cli`` reads files.
+``repeat_hooks.offline.cli`` reads files.
 
 The tally also keeps where refusals fell (by tool, by the call's position in its turn), the longest loops
 and the first harmful refusals with the calls around them, for ``repeat_hooks.report``. It holds tool
@@ -23,11 +23,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
-from . import observe
-from .call import ToolCall, call_key, canonical_arguments
-from .policy import Policy
-from .result import outcome_digest
-from .state import GuardState
+from ..call import ToolCall, call_key, canonical_arguments
+from ..policy import Policy
+from ..result import outcome_digest
+from ..state import GuardState
 
 LOOP_RUNS = 3
 """A no-progress loop: one call (same tool, same arguments) returning the same outcome this many times in
@@ -77,7 +76,7 @@ class Trajectory:
 
     def replayed_by(self, policy: Policy) -> Policy:
         """The policy that replays this trajectory as ``policy`` would decide it: ``policy`` itself for a full
-        one; a digest recording (``repeat_hooks.recording``) digests the field names ``policy`` ignores as it
+        one; a digest recording (``repeat_hooks.offline.recording``) digests the field names ``policy`` ignores as it
         digests its fields, and raises ``NotReplayable`` where that cannot be exact."""
         return policy
 
@@ -306,11 +305,9 @@ def replay_one(policy: Policy, trajectory: Trajectory, tally: Tally) -> None:
     compares results (volatile tokens masked). Each response counts one model call (no figures: the
     time and cost budgets cannot be replayed from a corpus that has none). Raises ``NotReplayable``, before
     counting anything, for a trajectory that cannot be replayed exactly under ``policy``. Observers
-    (``repeat_hooks.observe``) hear nothing of it.
+    (``repeat_hooks.observe``) hear nothing of it: its state never listens (a replay's decisions are no agent's).
     """
-    policy = trajectory.replayed_by(policy)
-    with observe.held():  # a replay's decisions are no agent's: observers (a recorder) never hear them
-        _replay_turns(policy, trajectory, tally)
+    _replay_turns(trajectory.replayed_by(policy), trajectory, tally)
 
 
 def _replay_turns(policy: Policy, trajectory: Trajectory, tally: Tally) -> None:
@@ -353,7 +350,7 @@ def _replay_turns(policy: Policy, trajectory: Trajectory, tally: Tally) -> None:
                     continue
                 tally._harmful(position, counts, success)
                 if len(tally.harmful_refusals) + len(harmful) < MAX_EXAMPLES:
-                    harmful.append((len(order) - 1, str(decision.kind), (seen.get(full) or "")[:8] or None))
+                    harmful.append((len(order) - 1, str(decision.reason), (seen.get(full) or "")[:8] or None))
             for tool_call, call, full, ran_outcome in ran:
                 if ran_outcome is not None:  # an unrecorded outcome is not told (as the live guard was not)
                     policy.record_tool_result(state, tool_call, ok=call.ok, result=call.result)

@@ -34,7 +34,7 @@ would count as harmful: the field is new on every run, which is why it is noise)
 replayed together; while together they add a harmful refusal, the one preventing least is dropped. Field
 names: a full trajectory's are known; a digest recording holds only their digests, so a field found there
 is proposed as ``"#<digest>"`` (replace it with the name whose ``recording.field_digest`` it is). Pure: no
-I/O (``repeat_hooks.cli`` reads the files).
+I/O (``repeat_hooks.offline.cli`` reads the files).
 """
 
 from __future__ import annotations
@@ -45,10 +45,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .policy import Policy
-from .recording import REST, DigestTrajectory, as_digests
+from ..policy import Policy
+from ..result import outcome_digest
+from .reading import DigestTrajectory, as_digests
+from .recording import REST
 from .replay import UNRECORDED, NotReplayable, RecordedCall, Tally, Trajectory, replay, replay_one
-from .result import outcome_digest
 
 MIN_EVIDENCE = 3
 """How many times a pattern must be seen before it becomes a suggestion."""
@@ -399,7 +400,7 @@ def report(proposal: Proposal) -> str:
     if unnamed:
         lines.append(
             f"({', '.join(unnamed)}: result fields a digest recording names by digest only: replace each with the "
-            "name whose repeat_hooks.recording.field_digest(name, key) it is)"
+            "name whose repeat_hooks.offline.recording.field_digest(name, key) it is)"
         )
         lines.append("")
     if not proposal.suggestions:

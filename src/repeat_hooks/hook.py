@@ -1,20 +1,34 @@
-"""``StopRepeatedCalls``: a policy and one conversation's state, in one serializable hook for in-process use."""
+"""``StopRepeatedCalls``: a policy and one conversation's state, in one serializable hook for in-process use.
+
+The hook's methods keep the seed's names; each is one verb of the policy on the hook's own state, which the hook
+commits at once, so it tells the observers (``repeat_hooks.observe``) what the verb decided, after it:
+
+| hook method | policy verb | ``HookPoint`` |
+|---|---|---|
+| ``pre_agent_turn`` | ``start_turn`` | ``PRE_AGENT_TURN`` |
+| ``pre_tool_calls`` / ``pre_tool_call`` | ``decide_tool_calls`` / ``decide_tool_call`` | ``PRE_TOOL_CALL`` |
+| ``post_tool_call`` | ``record_tool_result`` | ``POST_TOOL_CALL`` |
+| ``post_tool_rejected`` | ``record_rejection`` | ``POST_TOOL_REJECTED`` |
+| ``pre_llm_call`` | ``decide_model_call`` | ``PRE_LLM_CALL`` |
+| ``post_llm_call`` | ``record_model_call`` | ``POST_LLM_CALL`` |
+"""
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ConfigDict, Field, ValidationInfo, model_validator
 
+from . import observe
 from .call import ToolCall
 from .decision import GuardEvent, Refusal, Stop
 from .policy import Policy
-from .state import GuardState
-from .whole import WholeModel
+from .state import GuardState, WholeModel
 
 _SETTINGS = frozenset(Policy.model_fields)
+T = TypeVar("T")
 
 
 class StopRepeatedCalls(WholeModel):
@@ -76,17 +90,17 @@ class StopRepeatedCalls(WholeModel):
     def pre_agent_turn(self, *, turn_id: str | None = None) -> None:
         """Fires when a user message starts a turn: fresh per-turn counts, unless ``turn_id`` is the current
         turn (a resumed or continued turn keeps its counts). Returns nothing."""
-        self.policy.start_turn(self.state, turn_id=turn_id)
+        self._commit(self.policy.start_turn, turn_id=turn_id)
 
     def pre_tool_call(self, call: ToolCall, *, turn_id: str | None = None) -> Refusal | None:
         """Fires before each tool call: returns ``None`` to let it run, or the ``Refusal`` to hand the model
         instead of a result (the tool must not run). Counts the call."""
-        return self.policy.decide_tool_call(self.state, call, turn_id=turn_id)
+        return self._commit(self.policy.decide_tool_call, call, turn_id=turn_id)
 
     def pre_tool_calls(self, calls: Sequence[ToolCall], *, turn_id: str | None = None) -> list[Refusal | None]:
         """Fires once per model response with all its tool calls, before any runs: one decision per call, in
         order, as ``pre_tool_call`` gives them. A later ``pre_tool_call`` of one of them returns its decision."""
-        return self.policy.decide_tool_calls(self.state, calls, turn_id=turn_id)
+        return self._commit(self.policy.decide_tool_calls, calls, turn_id=turn_id)
 
     def post_tool_call(
         self,
@@ -99,12 +113,20 @@ class StopRepeatedCalls(WholeModel):
     ) -> None:
         """Fires after a tool ran: records whether it succeeded and what it returned (``result``: what the model
         reads; digested, never stored). Returns nothing."""
-        self.policy.record_tool_result(self.state, call, ok=ok, result=result, turn_id=turn_id, delivery_id=delivery_id)
+        self._commit(
+            self.policy.record_tool_result, call, ok=ok, result=result, turn_id=turn_id, delivery_id=delivery_id
+        )
+
+    def post_tool_rejected(self, call: ToolCall, *, turn_id: str | None = None) -> None:
+        """Fires when a call ``pre_tool_call`` let through was rejected before it ran (a human reviewer, another
+        guardrail): it waits for no outcome, and counts toward its repeats as a rejection, so the same rejected
+        call is refused after ``max_calls`` rejections instead of being asked about again. Returns nothing."""
+        self._commit(self.policy.record_rejection, call, turn_id=turn_id)
 
     def pre_llm_call(self, *, turn_id: str | None = None) -> Stop | None:
         """Fires before each model call: returns ``None`` to let it happen, or the ``Stop`` that ends the turn
         (no more model calls; ``stop.message`` is the caller's final text)."""
-        return self.policy.decide_model_call(self.state, turn_id=turn_id)
+        return self._commit(self.policy.decide_model_call, turn_id=turn_id)
 
     def post_llm_call(
         self,
@@ -116,9 +138,15 @@ class StopRepeatedCalls(WholeModel):
     ) -> None:
         """Fires after each model call: counts it, with its recorded ``seconds`` and ``cost_usd``, for the
         budgets. Returns nothing."""
-        self.policy.record_model_call(
-            self.state, seconds=seconds, cost_usd=cost_usd, turn_id=turn_id, delivery_id=delivery_id
+        self._commit(
+            self.policy.record_model_call, seconds=seconds, cost_usd=cost_usd, turn_id=turn_id, delivery_id=delivery_id
         )
+
+    def _commit(self, verb: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run one verb of the policy on the hook's state; with observers, tell them what it decided, after it."""
+        if not observe.OBSERVERS:
+            return verb(self.state, *args, **kwargs)
+        return observe.apply(verb, self.state, *args, **kwargs)
 
     @property
     def stop(self) -> Stop | None:

@@ -50,13 +50,14 @@ try:
     from redis.exceptions import NoScriptError, RedisError
 except ImportError as error:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
-        "repeat_hooks.redis needs redis-py (>= 5.0): install it with pip install 'repeat-hooks[redis]'"
+        "repeat_hooks.stores.redis needs redis-py (>= 5.0): install it with pip install 'repeat-hooks[redis]'"
     ) from error
 
 
-from . import observe
-from .state import GuardState, load_state
-from .store import StateCorrupt, StoreContention, StoreUnavailable
+from .. import observe
+from ..errors import StateCorrupt, StoreContention, StoreUnavailable
+from ..observation import Observation
+from ..state import GuardState, load_state
 
 __all__ = ["DEFAULT_PREFIX", "DEFAULT_TTL", "RedisStore", "StateCorrupt", "StoreContention", "StoreUnavailable"]
 
@@ -347,10 +348,10 @@ class RedisStore:
 
     def _apply(
         self, name: str, raw: str, changes: list[Callable[[GuardState], Any]]
-    ) -> tuple[str | None, list[tuple[bool, Any]], list[observe.Observation]]:
+    ) -> tuple[str | None, list[tuple[bool, Any]], list[Observation]]:
         """Run ``changes`` in order on the state in ``raw``; return the new state JSON, the outcomes, and what
-        observers are to hear once the state is written (``observe.held``: an attempt that loses its
-        compare-and-set is not heard).
+        observers are to hear once the state is written (the state listens while the changes run: an attempt
+        that loses its compare-and-set is not heard).
 
         A change that raises is left out (its outcome is the exception) and the others run again from
         ``raw``, so its half-made changes are not written. The JSON is ``None`` if every change raised.
@@ -358,19 +359,21 @@ class RedisStore:
         failed: dict[int, Exception] = {}
         while True:
             state = self._parse(name, raw)
+            if observe.OBSERVERS:
+                state.listen()
             outcomes: list[tuple[bool, Any]] = []
-            with observe.held() as heard:
-                for index, change in enumerate(changes):
-                    if index in failed:
-                        outcomes.append((False, failed[index]))
-                        continue
-                    try:
-                        outcomes.append((True, change(state)))
-                    except Exception as error:
-                        failed[index] = error
-                        break
-                else:
-                    return (None if len(failed) == len(changes) else state.model_dump_json()), outcomes, heard
+            for index, change in enumerate(changes):
+                if index in failed:
+                    outcomes.append((False, failed[index]))
+                    continue
+                try:
+                    outcomes.append((True, change(state)))
+                except Exception as error:
+                    failed[index] = error
+                    break
+            else:
+                heard = state.heard()
+                return (None if len(failed) == len(changes) else state.model_dump_json()), outcomes, heard
 
     async def _take_lease(self, name: str, owner: str, deadline: float) -> tuple[str, str]:
         """Ask for the lease of ``name`` until ``owner`` holds it; return the state to decide on.

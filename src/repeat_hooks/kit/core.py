@@ -1,0 +1,368 @@
+"""``GuardCore``: what every adapter's guard holds, written once.
+
+An adapter's guard is its SDK's hook object (a plugin, a middleware, a hook provider...) built around one
+``GuardCore``: the settings and the common keywords, checked once at construction; the one path from a hook to a
+conversation's state (``update``: a store key or the SDK's own ``Slot``), with the outage policy and the observers
+told after the commit; the per-request conversation and turn ids a caller gives (``request``); the tool-name
+check; and the stop error the adapter raises with ``on_stop="raise"``.
+
+The common keywords, the same in every adapter: ``policy`` (a ``Policy``, or its settings as keywords), ``store``
+(a ``StateStore`` for the states, or ``None``: the SDK's own persistence), ``cost`` (a ``CostOf``), ``clock``
+(a ``Clock``), ``is_failure`` (what the model reads -> ``True`` for a failed call), ``check_tools``, ``on_stop``
+(``"reply"``: the stop message is the turn's answer; ``"raise"``: the run raises the adapter's
+``GuardStopped``) and ``fail`` (``"open"``: a call or turn goes on when the state cannot be reached;
+``"closed"``: it is refused or ended).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from .. import observe
+from ..decision import Refusal, RefusalKind, Stop, StopReason
+from ..errors import GuardSetupError
+from ..messages import STORE_DOWN_REFUSAL, STORE_DOWN_STOP
+from ..observation import Outage
+from ..policy import Policy
+from ..state import GuardState
+from ..stop_rules import Feed, HookPoint
+from ..stores import StateStore
+from .clock import Clock, monotonic
+from .setup import check_budgets, check_tool_names, policy_from
+from .states import Slot
+from .usage import CostOf
+
+T = TypeVar("T")
+OnStop = Literal["reply", "raise"]
+"""What a stop does: ``"reply"``, the stop message is the turn's answer; ``"raise"``, the run raises."""
+Fail = Literal["open", "closed"]
+"""What the guard does when it cannot reach a conversation's state: ``"open"`` lets the call or the turn go on
+(the error logged), ``"closed"`` refuses the call or ends the turn."""
+FailureCheck = Callable[[Any], bool]
+"""Says whether a call failed (``True``) from what the model reads of its result, beyond the SDK's own error."""
+
+logger = logging.getLogger("repeat_hooks")
+
+
+class GuardStopped(Exception):
+    """The guard ended a run with ``on_stop="raise"`` (or one whose output cannot be its text): the base of every
+    adapter's ``RepeatGuardStopped``. ``stop`` says why and what to tell the user."""
+
+    def __init__(self, stop: Stop, *details: Any) -> None:
+        super().__init__(f"repeat-hooks stopped the run ({stop.reason.value}): {stop.message}", *details)
+        self.stop = stop
+        """The guard's stop: ``reason`` (a ``StopReason``) and ``message`` (written for the user)."""
+        self.message = stop.message
+        """The stop's message."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.stop, *self.args[1:])
+
+
+@dataclass(frozen=True)
+class Request:
+    """The conversation and turn a caller names for the runs in a ``request(...)`` block (``None``: not named)."""
+
+    conversation_id: str | None = None
+    turn_id: str | None = None
+
+
+_REQUEST: ContextVar[Request | None] = ContextVar("repeat_hooks_request", default=None)
+_NO_REQUEST = Request()
+
+
+@contextlib.contextmanager
+def request(*, conversation_id: str | None = None, turn_id: str | None = None) -> Iterator[Request]:
+    """Within the block, the agent's runs serve conversation ``conversation_id`` and turn ``turn_id``: give the id
+    of the request the user may retry (an idempotency key) as the turn id, and a retried request, in any process
+    sharing the guard's store, continues that turn and its counts instead of starting one afresh. Every adapter
+    reads it where its SDK names neither (see each adapter's README for its own spelling)."""
+    token = _REQUEST.set(Request(conversation_id, turn_id))
+    try:
+        yield _REQUEST.get() or _NO_REQUEST
+    finally:
+        _REQUEST.reset(token)
+
+
+def current_request() -> Request:
+    """The ``request(...)`` block this code runs in (empty fields outside any)."""
+    return _REQUEST.get() or _NO_REQUEST
+
+
+class GuardCore:
+    """The settings, the state seam and the checks of one adapter's guard (see the module's docstring).
+
+    ``owner`` names the adapter's guard in every message; ``feeds``: the figures the adapter always feeds
+    (``Feed.OUTCOMES``, ``Feed.MODEL_CALLS``), with ``Feed.COST`` added for a ``cost`` and ``Feed.SECONDS`` for a
+    ``clock``; ``why``: for a figure the SDK cannot feed, the SDK fact why (a ``clock`` given anyway raises);
+    ``error``: the adapter's ``GuardSetupError`` subclass, if its SDK must see one of its own. Every mistake raises
+    at construction with the right spelling.
+    """
+
+    def __init__(
+        self,
+        policy: Policy | None = None,
+        settings: Mapping[str, Any] | None = None,
+        *,
+        owner: str,
+        store: StateStore | None = None,
+        cost: CostOf | None = None,
+        clock: Clock | None = monotonic,
+        is_failure: FailureCheck | None = None,
+        check_tools: bool = True,
+        on_stop: OnStop = "reply",
+        fail: Fail = "open",
+        feeds: Iterable[Feed] = (Feed.OUTCOMES, Feed.MODEL_CALLS),
+        why: Mapping[Feed, str] | None = None,
+        spelling: str | None = None,
+        error: type[GuardSetupError] = GuardSetupError,
+    ) -> None:
+        self.owner = owner
+        self.error = error
+        try:
+            self.policy: Policy = policy_from(policy, settings, owner=owner, spelling=spelling)
+        except GuardSetupError as mistake:
+            raise error(str(mistake)) from None
+        if Feed.SECONDS in (why or {}) and clock not in (None, monotonic):
+            raise error(f"{owner} cannot time model calls ({(why or {})[Feed.SECONDS]}): leave clock= unset")
+        if Feed.SECONDS in (why or {}):
+            clock = None
+        check_budgets(self.policy, owner=owner, cost=cost, clock=clock, feeds=feeds, why=why, error=error)
+        _check_choice(owner, "on_stop", on_stop, ("reply", "raise"))
+        _check_choice(owner, "fail", fail, ("open", "closed"))
+        if is_failure is not None and not callable(is_failure):
+            raise TypeError(
+                f"{owner}(is_failure=...) takes a function of what the model reads of a result, returning True for a "
+                f"failed call; got {type(is_failure).__name__}"
+            )
+        if store is not None and not isinstance(store, StateStore):
+            raise TypeError(
+                f"{owner}(store=...) takes a repeat_hooks StateStore (MemoryStore, SQLiteStore, RedisStore), "
+                f"not {type(store).__name__}"
+            )
+        self.store = store
+        """Where the conversations' states live (``None``: in the SDK's own persistence)."""
+        self.cost = cost
+        self.clock = clock
+        self.is_failure = is_failure
+        self.check_tools = check_tools
+        self.on_stop: OnStop = on_stop
+        self.fail: Fail = fail
+        points = self.policy.hook_points()
+        self.records_outcomes = HookPoint.POST_TOOL_CALL in points
+        """The policy needs each call's outcome (``post_tool_call``)."""
+        self.records_model_calls = HookPoint.POST_LLM_CALL in points
+        """The policy needs each model call counted (``post_llm_call``)."""
+        self._checked: set[frozenset[str]] = set()
+        self._outages: OrderedDict[str, tuple[str | None, Stop]] = OrderedDict()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_lock = threading.Lock()
+
+    # -- what the adapter's SDK reports ---------------------------------------------------------------------
+
+    def ok(self, succeeded: bool, view: Any) -> bool:
+        """Whether a call succeeded: the SDK says so and ``is_failure`` (of ``view``, what the model reads) does
+        not say otherwise. An ``is_failure`` that raises counts the call as failed, and is logged."""
+        if not succeeded or self.is_failure is None:
+            return succeeded
+        try:
+            return not self.is_failure(view)
+        except Exception:
+            logger.exception("repeat_hooks: %s's is_failure raised: the call counts as failed", self.owner)
+            return False
+
+    def cost_of(self, usage: Any) -> float:
+        """The US dollars of one model response's ``usage`` (0 without a ``cost``)."""
+        return float(self.cost(usage)) if self.cost is not None else 0.0
+
+    def check_tool_names(self, names: Iterable[str]) -> None:
+        """Raise the adapter's ``GuardSetupError`` if the policy names a tool that is none of ``names``, the agent's
+        tools (once per distinct set of names; never with ``check_tools=False``)."""
+        if not self.check_tools:
+            return
+        known = frozenset(names)
+        if known in self._checked:
+            return
+        check_tool_names(self.policy, known, owner=self.owner, error=self.error)
+        if len(self._checked) < 64:
+            self._checked.add(known)
+
+    def stopped(self, stop: Stop, error: type[GuardStopped], *details: Any) -> GuardStopped | None:
+        """The error to raise for ``stop`` with ``on_stop="raise"``, or ``None`` (``"reply"``: answer with it)."""
+        return error(stop, *details) if self.on_stop == "raise" else None
+
+    # -- where the state lives ------------------------------------------------------------------------------
+
+    def conversation_id(self, default: object = None) -> str | None:
+        """The conversation the caller named (``request(conversation_id=...)``), else ``default`` as text (a
+        non-empty ``str``), else ``None``."""
+        return current_request().conversation_id or _text(default)
+
+    def turn_id(self, default: object = None) -> str | None:
+        """The turn the caller named (``request(turn_id=...)``), else ``default`` as text, else ``None``."""
+        return current_request().turn_id or _text(default)
+
+    @property
+    def refused(self) -> Refusal | None:
+        """A call's decision when its state cannot be reached: ``None`` (``fail="open"``) or a refusal."""
+        if self.fail == "open":
+            return None
+        return Refusal(message=STORE_DOWN_REFUSAL, reason=RefusalKind.STORE_UNAVAILABLE)
+
+    @property
+    def ended(self) -> Stop | None:
+        """A model call's decision when its state cannot be reached: ``None`` (``fail="open"``) or a stop."""
+        if self.fail == "open":
+            return None
+        return Stop(message=STORE_DOWN_STOP, reason=StopReason.STORE_UNAVAILABLE)
+
+    async def update(self, where: str | Slot, change: Callable[[GuardState], T], *, outage: T) -> T:
+        """Apply ``change`` (the policy's verbs, synchronous) to one conversation's state and commit it: the store's
+        atomic update under key ``where``, or the SDK's ``Slot``; then the observers hear what it decided.
+
+        When the state cannot be reached (the store raised, a stored value is no guard state), the error is logged
+        and observed (``Outage``) and ``outage`` returned: pass ``self.refused`` / ``self.ended`` for a decision,
+        so ``fail`` decides. A ``GuardSetupError`` (a digest key other than the conversation's) is a mistake, not
+        an outage: it is raised, as is any error ``change`` raises itself.
+        """
+        if isinstance(where, str):
+            if self.store is None:
+                raise self.error(f"{self.owner}: no store= to keep conversation {where!r} in")
+            try:
+                result: T = await self.store.update(where, _Raising(change))
+            except _Raised as raised:
+                raise raised.error from None
+            except GuardSetupError:
+                raise
+            except Exception as failure:
+                return self._outage(where, failure, outage)
+            if self._outages:
+                self._outages.pop(where, None)
+            return result
+        return self._in_slot(where, change, outage)
+
+    def update_now(self, where: str | Slot, change: Callable[[GuardState], T], *, outage: T) -> T:
+        """``update`` for a synchronous hook: a store with ``update_now`` (``MemoryStore``, ``SQLiteStore``) on this
+        thread; an asynchronous-only store (``RedisStore``) on the guard's own event loop, in a thread of its own."""
+        if not isinstance(where, str):
+            return self._in_slot(where, change, outage)
+        store = self.store
+        direct = getattr(store, "update_now", None)
+        if store is None or not callable(direct):
+            return self._wait(self.update(where, change, outage=outage))
+        try:
+            result: T = direct(where, _Raising(change))
+        except _Raised as raised:
+            raise raised.error from None
+        except GuardSetupError:
+            raise
+        except Exception as failure:
+            return self._outage(where, failure, outage)
+        if self._outages:
+            self._outages.pop(where, None)
+        return result
+
+    def _in_slot(self, slot: Slot, change: Callable[[GuardState], T], outage: T) -> T:
+        try:
+            state = slot.read()
+        except GuardSetupError:
+            raise
+        except Exception as failure:
+            return self._outage(repr(slot), failure, outage)
+        if not observe.OBSERVERS:
+            result = change(state)
+            slot.write(state)
+            return result
+        state.listen()
+        try:
+            result = change(state)
+            slot.write(state)
+        finally:
+            heard = state.heard()
+        observe.tell_all(heard)
+        return result
+
+    def _outage(self, where: str, failure: Exception, outage: T) -> T:
+        """The state under ``where`` could not be reached: log it (with the conversation), tell the observers,
+        and decide as ``fail`` says (``outage``)."""
+        scope = observe.current_scope()
+        logger.error(
+            "repeat_hooks: %s could not reach the state of %s (conversation %s): %s: %s; failing %s",
+            self.owner,
+            where,
+            scope.conversation_id,
+            type(failure).__name__,
+            failure,
+            self.fail,
+            exc_info=failure,
+        )
+        if observe.OBSERVERS:
+            observe.tell(Outage(where, f"{type(failure).__name__}: {failure}"[:500], self.fail))
+        if isinstance(outage, Stop):  # a turn ended with no state to keep its stop in: kept here for stop_of
+            self._outages[where] = (current_request().turn_id, outage)
+            if len(self._outages) > 1024:
+                self._outages.popitem(last=False)
+        return outage
+
+    async def stop_of(self, key: str, turn_id: str | None = None) -> Stop | None:
+        """How the guard stopped the latest turn of the conversation under store key ``key`` (or turn ``turn_id``,
+        while its stop is kept); ``None`` if it did not. A turn this process ended because the store failed
+        (``fail="closed"``) reads as that stop, until the conversation's next update reaches the store; any other
+        read while the store is down raises its error (the guard cannot know)."""
+        down = self._outages.get(key)
+        if down is not None and (turn_id is None or down[0] in (None, turn_id)):
+            return down[1]
+        if self.store is None:
+            raise self.error(f"{self.owner}: no store= to read conversation {key!r} from")
+        state = await self.store.load(key)
+        return None if state is None else state.stop_of(turn_id)
+
+    def _wait(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run ``work`` on the guard's own event loop (started on first use, in a daemon thread) and wait for it."""
+        with self._loop_lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name=f"repeat-hooks {self.owner}", daemon=True).start()
+                self._loop = loop
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result()
+
+
+class _Raised(Exception):
+    """What the change itself raised, carried out of the store so that it is not taken for the store's failure."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+class _Raising:
+    """``change``, its own errors wrapped in ``_Raised`` (a store may run it more than once: it stays the same)."""
+
+    __slots__ = ("change",)
+
+    def __init__(self, change: Callable[[GuardState], Any]) -> None:
+        self.change = change
+
+    def __call__(self, state: GuardState) -> Any:
+        try:
+            return self.change(state)
+        except Exception as error:
+            raise _Raised(error) from error
+
+
+def _check_choice(owner: str, name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        spelled = " or ".join(repr(choice) for choice in choices)
+        raise TypeError(f"{owner}({name}=...) is {spelled}, not {value!r}")
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None

@@ -1,0 +1,243 @@
+"""The adapter kit's ``GuardCore``: the common keywords checked once, the one path to a conversation's state (a
+store key or the SDK's slot) with the outage policy, the observers told after the commit, and a caller's request."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from repeat_hooks import (
+    GuardSetupError,
+    GuardState,
+    MemoryStore,
+    Policy,
+    RefusalKind,
+    StopReason,
+    StoreUnavailable,
+    ToolCall,
+)
+from repeat_hooks.kit import GuardCore, current_request, hints, request, tool_call
+from repeat_hooks.kit.states import ParsedStates
+from repeat_hooks.observe import Observation, Outage, ToolCallDecided, add_observer, current_scope, scope
+from repeat_hooks.stop_rules import Feed
+
+CALL = ToolCall("track", {"id": "FR-1"})
+
+
+@pytest.fixture
+def heard() -> Iterator[list[Observation]]:
+    seen: list[Observation] = []
+    remove = add_observer(seen.append)
+    yield seen
+    remove()
+
+
+class BrokenStore:
+    """A store that is down."""
+
+    async def update(self, key: str, change: Any) -> Any:
+        raise StoreUnavailable("redis://10.0.0.1: connection refused")
+
+    async def load(self, key: str) -> GuardState | None:
+        raise StoreUnavailable("redis://10.0.0.1: connection refused")
+
+
+class Slot:
+    """A state kept by the SDK, as an adapter would hand it over."""
+
+    def __init__(self, raw: Any = None) -> None:
+        self.raw = raw
+        self.writes = 0
+
+    def read(self) -> GuardState:
+        from repeat_hooks.kit import load
+
+        return load(self.raw, where="agent.state['repeat_hooks']")
+
+    def write(self, state: GuardState) -> None:
+        self.raw = state.model_dump_json()
+        self.writes += 1
+
+    def __repr__(self) -> str:
+        return "agent.state['repeat_hooks']"
+
+
+def test_the_common_keywords_are_checked_once_with_the_right_spelling() -> None:
+    with pytest.raises(TypeError, match=r"Guard\(on_stop=\.\.\.\) is 'reply' or 'raise', not 'output'"):
+        GuardCore(owner="Guard", on_stop="output")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"Guard\(fail=\.\.\.\) is 'open' or 'closed', not True"):
+        GuardCore(owner="Guard", fail=True)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"is_failure=\.\.\.\) takes a function"):
+        GuardCore(owner="Guard", is_failure="error")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"store=\.\.\.\) takes a repeat_hooks StateStore .* not dict"):
+        GuardCore(owner="Guard", store={})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"unknown setting 'max_cals' .did you mean max_calls"):
+        GuardCore(None, {"max_cals": 2}, owner="Guard")
+    with pytest.raises(GuardSetupError, match=r"cost=TokenPrices"):
+        GuardCore(Policy(max_cost_usd=1.0), owner="Guard")
+
+
+def test_a_clock_the_sdk_cannot_feed_is_refused_and_its_budget_too() -> None:
+    why = {Feed.SECONDS: "the CLI reports no model time"}
+    GuardCore(owner="Cli", why=why)  # the default clock is dropped quietly: nothing was asked for
+    with pytest.raises(GuardSetupError, match=r"Cli cannot time model calls \(the CLI reports no model time\)"):
+        GuardCore(owner="Cli", clock=lambda: 0.0, why=why)
+    with pytest.raises(GuardSetupError, match=r"max_model_seconds=.*the CLI reports no model time"):
+        GuardCore(Policy(max_model_seconds=5), owner="Cli", why=why)
+
+
+def test_is_failure_reads_what_the_model_reads_and_a_broken_one_counts_a_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    core = GuardCore(owner="Guard", is_failure=lambda view: "ERROR" in str(view))
+    assert core.ok(True, "fine") and not core.ok(True, "ERROR: no such parcel") and not core.ok(False, "fine")
+
+    def broken(view: Any) -> bool:
+        raise RuntimeError("oops")
+
+    with caplog.at_level(logging.ERROR, logger="repeat_hooks"):
+        assert GuardCore(owner="Guard", is_failure=broken).ok(True, "fine") is False
+    assert "is_failure raised" in caplog.text
+
+
+async def test_a_store_key_is_decided_and_committed_then_observed(heard: list[Observation]) -> None:
+    store = MemoryStore()
+    core = GuardCore(owner="Guard", store=store)
+    for _ in range(3):
+        refusal = await core.update("c1", lambda state: core.policy.decide_tool_call(state, CALL), outage=core.refused)
+    assert refusal is not None and refusal.reason is RefusalKind.REPEAT
+    assert [type(seen).__name__ for seen in heard] == ["ToolCallDecided"] * 3
+    assert core.update_now("c1", lambda state: core.policy.decide_tool_call(state, CALL), outage=None) is not None
+
+
+async def test_an_outage_fails_open_or_closed_and_is_logged_and_observed(
+    heard: list[Observation], caplog: pytest.LogCaptureFixture
+) -> None:
+    opened = GuardCore(owner="Guard", store=BrokenStore())  # type: ignore[arg-type]
+    closed = GuardCore(owner="Guard", store=BrokenStore(), fail="closed")  # type: ignore[arg-type]
+    with caplog.at_level(logging.ERROR, logger="repeat_hooks"), scope(conversation_id="conv-7"):
+        allowed = await opened.update("k", lambda s: opened.policy.decide_tool_call(s, CALL), outage=opened.refused)
+        refusal = await closed.update("k", lambda s: closed.policy.decide_tool_call(s, CALL), outage=closed.refused)
+        stop = await closed.update("k", closed.policy.decide_model_call, outage=closed.ended)
+    assert allowed is None
+    assert refusal is not None and refusal.reason is RefusalKind.STORE_UNAVAILABLE
+    assert stop is not None and stop.reason is StopReason.STORE_UNAVAILABLE
+    assert await closed.stop_of("k") == stop  # kept in this process: the store could not keep it
+    with pytest.raises(StoreUnavailable):
+        await opened.stop_of("k")  # nothing kept, and the store is down: the guard cannot know
+    assert [seen for seen in heard if isinstance(seen, Outage)] == [
+        Outage("k", "StoreUnavailable: redis://10.0.0.1: connection refused", "open"),
+        Outage("k", "StoreUnavailable: redis://10.0.0.1: connection refused", "closed"),
+        Outage("k", "StoreUnavailable: redis://10.0.0.1: connection refused", "closed"),
+    ]
+    assert "could not reach the state of k (conversation conv-7)" in caplog.text and "failing closed" in caplog.text
+
+
+async def test_a_mistake_is_no_outage_and_a_change_that_raises_reaches_the_caller() -> None:
+    keyed = Policy(digest_key=b"k" * 32)
+    store = MemoryStore()
+    core = GuardCore(owner="Guard", store=store)
+    await core.update("c", lambda state: core.policy.decide_tool_call(state, CALL), outage=None)
+    other = GuardCore(keyed, owner="Guard", store=store)
+    with pytest.raises(GuardSetupError, match="digest_key"):
+        await other.update("c", lambda state: other.policy.decide_tool_call(state, CALL), outage=None)
+
+    def broken(state: GuardState) -> None:
+        raise KeyError("adapter bug")
+
+    with pytest.raises(KeyError, match="adapter bug"):
+        await core.update("c", broken, outage=None)
+    with pytest.raises(KeyError, match="adapter bug"):
+        core.update_now("c", broken, outage=None)
+
+
+def test_a_slot_is_read_changed_written_then_observed(heard: list[Observation]) -> None:
+    core = GuardCore(owner="Guard")
+    slot = Slot()
+    for _ in range(3):
+        refusal = core.update_now(slot, lambda state: core.policy.decide_tool_call(state, CALL), outage=None)
+    assert refusal is not None and slot.writes == 3 and len(heard) == 3
+
+
+def test_a_slot_holding_no_guard_state_is_an_outage_that_names_where(caplog: pytest.LogCaptureFixture) -> None:
+    core = GuardCore(owner="Guard", fail="closed")
+    slot = Slot({"hello": "world"})
+    with caplog.at_level(logging.ERROR, logger="repeat_hooks"):
+        refusal = core.update_now(slot, lambda state: core.policy.decide_tool_call(state, CALL), outage=core.refused)
+    assert refusal is not None and refusal.reason is RefusalKind.STORE_UNAVAILABLE and slot.writes == 0
+    assert "agent.state['repeat_hooks']: the stored guard state is not a repeat-hooks GuardState" in caplog.text
+
+
+class AsyncOnlyStore(MemoryStore):
+    """A store without a synchronous update (as RedisStore): a sync hook waits on the guard's own loop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[str] = set()
+
+    async def update(self, key: str, change: Any) -> Any:
+        self.threads.add(threading.current_thread().name)
+        await asyncio.sleep(0)
+        return super().update_now(key, change)
+
+    update_now = None  # type: ignore[assignment]
+
+
+def test_a_sync_hook_uses_an_async_store_on_the_guards_own_loop_in_the_callers_scope(
+    heard: list[Observation],
+) -> None:
+    store = AsyncOnlyStore()
+    core = GuardCore(owner="Guard", store=store)
+    with scope(conversation_id="conv-3"):
+        seen_scope: list[str | None] = []
+        remove = add_observer(lambda seen: seen_scope.append(current_scope().conversation_id))
+        try:
+            for _ in range(3):
+                decided = core.update_now("c", lambda state: core.policy.decide_tool_call(state, CALL), outage=None)
+        finally:
+            remove()
+    assert decided is not None and store.threads == {"repeat-hooks Guard"}
+    assert seen_scope == ["conv-3"] * 3
+    assert [type(seen) for seen in heard] == [ToolCallDecided] * 3
+
+
+def test_a_request_names_the_conversation_and_turn_over_the_sdks_own() -> None:
+    core = GuardCore(owner="Guard")
+    assert (core.conversation_id("sdk-session"), core.turn_id(42)) == ("sdk-session", None)
+    with request(conversation_id="conv-9", turn_id="req-1") as given:
+        assert given == current_request()
+        assert (core.conversation_id("sdk-session"), core.turn_id("sdk-turn")) == ("conv-9", "req-1")
+    assert current_request().turn_id is None
+
+
+def test_hints_are_only_what_annotations_say_explicitly() -> None:
+    class Annotations:
+        readOnlyHint = True
+        destructiveHint = None
+        idempotentHint = "yes"
+
+    assert hints({"readOnlyHint": False, "destructiveHint": True}) == {"read_only": False, "destructive": True}
+    assert hints(Annotations()) == {"read_only": True}
+    assert hints(None) == {} and hints(42) == {}
+    call = tool_call("Read", {"path": "a"}, call_id="", annotations={"idempotentHint": True}, read_only=True)
+    assert (call.call_id, call.read_only, call.idempotent, call.destructive) == (None, True, True, None)
+    assert tool_call("Read", annotations={"readOnlyHint": False}, read_only=True).read_only is False
+
+
+def test_parsed_states_are_used_once_by_the_identity_of_what_was_written() -> None:
+    states = ParsedStates(size=2)
+    state = GuardState()
+    raw = state.model_dump_json()
+    states.keep(raw, state, version=1)
+    assert states.peek(raw, where="x", version=1) is state
+    assert states.take(raw, where="x", version=2) is not state  # changed in place since: parsed again
+    states.keep(raw, state)
+    assert states.take(raw, where="x") is state and states.take(raw, where="x") is not state  # once
+    for n in range(3):
+        states.keep(f"{raw} ", GuardState(), version=n)  # bounded
+    assert len(states) == 2
