@@ -101,7 +101,9 @@ def count_progress(policy: Policy, turn: Turn, call: ToolCall, key: str, limit: 
     number = count(policy, turn, key, restart)
     if restart:  # something changed since: its count, and its runs with no stable result, start again
         mark = turn.marks[key] = mark._replace(changes=turn.changes, opaque=0)
-    elif mark.ok is True and writes_once(policy, call):
+    elif mark.ok is not False and writes_once(policy, call):
+        # It succeeded, or it was let through and no outcome came (it runs in this very batch, or its process died
+        # before telling): either way it may have happened, and another would do it twice.
         return True, RefusalKind.DUPLICATE_WRITE, number
     if policy.max_opaque_runs is not None and mark.opaque >= policy.max_opaque_runs:
         return True, RefusalKind.OPAQUE, mark.opaque

@@ -3,14 +3,18 @@ drive) runs every scenario, so the catalogue is known to be consistent before an
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
+from pathlib import Path
 
 import pytest
 
-from repeat_hooks import Stop, StopRepeatedCalls, ToolCall
+from repeat_hooks import Refusal, StateStore, Stop, StopRepeatedCalls, ToolCall
+from repeat_hooks.kit import GuardCore
 from repeat_hooks.kit.conformance import (
     FINAL,
+    RETRIED,
     SCENARIOS,
     STOPPED,
     Call,
@@ -21,15 +25,19 @@ from repeat_hooks.kit.conformance import (
     TurnOutcome,
     call_id,
     check,
+    check_retried,
     fails,
     fails_once,
     fresh_ids,
     numbered,
     order_placed,
+    run_retried,
     same,
     typed_parcel,
 )
 from repeat_hooks.result import model_view
+
+HERE = Path(__file__).parent
 
 
 class ReferenceDriver:
@@ -94,6 +102,76 @@ class ReferenceDriver:
                 guard.post_tool_call(call, ok, result=result)
                 seen.append(str(result))
         raise AssertionError("50 steps without an answer")
+
+    def run_turn(
+        self, scenario: Scenario, box: ToolBox, *, store: StateStore, conversation_id: str, turn_id: str
+    ) -> TurnOutcome:
+        """The first turn, its state in ``store`` (as an adapter given ``store=`` keeps it), the turn named."""
+        guard = StoredGuard(GuardCore(scenario.policy, owner="Reference", store=store), conversation_id, turn_id)
+        cursor = Cursor(scenario)
+        cursor.start_turn(0)
+        seen: list[str] = []
+        final = self.agent(scenario, box, guard, cursor, seen)  # type: ignore[arg-type]  # the hook's methods
+        stop = asyncio.run(guard.core.stop_of(conversation_id, turn_id))
+        return TurnOutcome(final, stop, seen, model_calls=cursor.step, stop_messages=int(final.startswith(STOPPED)))
+
+
+class StoredGuard:
+    """The hook's methods on a conversation's state in a store: each one update of the store (``GuardCore``)."""
+
+    def __init__(self, core: GuardCore, key: str, turn_id: str) -> None:
+        self.core, self.key, self.turn_id = core, key, turn_id
+        self.policy = core.policy
+
+    def pre_llm_call(self) -> Stop | None:
+        return self.core.update_now(
+            self.key, lambda state: self.policy.decide_model_call(state, turn_id=self.turn_id), outage=self.core.ended
+        )
+
+    def post_llm_call(self) -> None:
+        self.core.update_now(
+            self.key, lambda state: self.policy.record_model_call(state, turn_id=self.turn_id), outage=None
+        )
+
+    def pre_tool_calls(self, calls: list[ToolCall]) -> list[Refusal | None]:
+        return self.core.update_now(
+            self.key,
+            lambda state: self.policy.decide_tool_calls(state, calls, turn_id=self.turn_id),
+            outage=[self.core.refused] * len(calls),
+        )
+
+    def post_tool_call(self, call: ToolCall, ok: bool, *, result: object) -> None:
+        self.core.update_now(
+            self.key,
+            lambda state: self.policy.record_tool_result(state, call, ok=ok, result=result, turn_id=self.turn_id),
+            outage=None,
+        )
+
+
+def test_a_turn_retried_after_a_crash_runs_no_write_again(tmp_path: Path) -> None:
+    """The reference loop with its state in a store: the first process dies right after the order ran, the
+    retry in a second process refuses it (its outcome never came) and tracks on from where the first stopped."""
+    code, outcome, box = run_retried("test_conformance:ReferenceDriver", RETRIED, tmp_path, path=[str(HERE)])
+    check_retried(RETRIED, code, outcome, box)
+    assert outcome.seen[0] == "FR-7731: in transit" and outcome.seen[1].startswith("Refused: place_order already")
+
+
+def test_check_retried_catches_a_retry_that_starts_the_turn_afresh(tmp_path: Path) -> None:
+    """A driver that names a new turn on the retry (every count afresh): the order runs twice, and check says so."""
+    code, outcome, box = run_retried("test_conformance:ForgetfulDriver", RETRIED, tmp_path, path=[str(HERE)])
+    with pytest.raises(AssertionError, match=r"tool runs \{'track_parcel': 2, 'place_order': 2\}"):
+        check_retried(RETRIED, code, outcome, box)
+    with pytest.raises(AssertionError, match="the first process exited 0, not at the crash"):
+        check_retried(RETRIED, 0, outcome, box)
+
+
+class ForgetfulDriver(ReferenceDriver):
+    """Names the turn anew in each process, as an adapter that ignores the retried request's turn id would."""
+
+    def run_turn(
+        self, scenario: Scenario, box: ToolBox, *, store: StateStore, conversation_id: str, turn_id: str
+    ) -> TurnOutcome:
+        return super().run_turn(scenario, box, store=store, conversation_id=conversation_id, turn_id=uuid.uuid4().hex)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)

@@ -241,3 +241,24 @@ def test_parsed_states_are_used_once_by_the_identity_of_what_was_written() -> No
     for n in range(3):
         states.keep(f"{raw} ", GuardState(), version=n)  # bounded
     assert len(states) == 2
+
+
+def test_a_batch_finds_each_decided_call_once_by_object_then_id_and_arguments_then_id() -> None:
+    from repeat_hooks.kit import ANY, Batch
+
+    blocks = [{"id": "c1"}, {"id": "c1"}, {"id": "c2"}]  # one id used twice in the response
+    calls = [ToolCall("track", {"n": n}, call_id=block["id"]) for n, block in enumerate(blocks)]
+    refused = GuardCore(owner="Guard").refused  # None: "open"
+    batch = Batch()
+    decided = batch.decided(calls, [None, None, refused], given=blocks, tags=["a", "b", "c"])
+    assert [entry.call.call_id for entry in decided] == ["c1", "c1#1", "c2"]  # as decide_tool_calls names them
+    assert batch.claim("track", "c1", given=blocks[1]) is decided[1]  # the very object first
+    assert batch.claim("track", "c1", {"n": 0}) is decided[0]  # then id, name and arguments
+    assert batch.claim("track", "c1") is None  # each taken once
+    assert batch.settle("track", "c2") is None  # not claimed yet
+    assert batch.claim("track", "c2", ANY) is decided[2] and batch.settle("track", "c2") is decided[2]
+    assert batch.settle("track", "c2") is None
+    renamed = batch.add(ToolCall("track_v2", {}, call_id="c9"), None)
+    assert renamed.claimed and batch.settle("track_v2", "c9") is renamed
+    batch.clear()
+    assert batch.calls == []

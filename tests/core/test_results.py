@@ -157,6 +157,23 @@ def test_a_destructive_call_that_succeeded_is_not_sent_again_unchanged() -> None
     assert "would do it twice" in refusal.message
 
 
+def test_a_write_whose_outcome_never_came_is_not_sent_again() -> None:
+    """Let through, no outcome told: it runs in this very batch, or its process died before telling. It may have
+    happened, so the same write again would do it twice: refused, in the batch as after a crash."""
+    guard = StopRepeatedCalls(destructive={"place_order"})
+    twice = [ToolCall("place_order", {"sku": "box"}, call_id=f"c{n}") for n in range(2)]
+    first, second = guard.pre_tool_calls(twice)  # one response asking for the same order twice
+    assert first is None and second is not None and second.reason is RefusalKind.DUPLICATE_WRITE
+    restored = StopRepeatedCalls.model_validate_json(guard.model_dump_json())  # another process, after a crash
+    guard.pre_llm_call()
+    retried = restored.pre_tool_call(ToolCall("place_order", {"sku": "box"}, call_id="c9"))
+    assert retried is not None and retried.reason is RefusalKind.DUPLICATE_WRITE
+    failed = StopRepeatedCalls(destructive={"place_order"})
+    assert failed.pre_tool_call(twice[0]) is None
+    failed.post_tool_call(twice[0], ok=False, result="card declined")
+    assert failed.pre_tool_call(twice[1]) is None  # it failed: trying again is no double write
+
+
 def test_a_change_in_between_allows_the_write_again() -> None:
     # The shell trap: the same command after each edit is legitimate.
     guard = StopRepeatedCalls()

@@ -60,6 +60,16 @@ SDK hands the caller as the turn's result, not partial stream chunks of one mess
 Make the kit tools yield to the event loop where the SDK runs tools as tasks (an ``await asyncio.sleep(0)``
 before ``ToolBox.run``): ``parallel_calls_are_one_batch`` then catches an adapter that decides each call
 only when it runs, after the results of its neighbours came in.
+
+**Two processes, one conversation** (``RETRIED``, a scenario apart): a conversation served by processes that share
+a store, one killed mid-turn and the request retried. ``run_retried`` runs the scenario's first turn in a fresh
+process (``python -m repeat_hooks.kit.conformance``) with the driver's ``run_turn`` and a ``SQLiteStore``; that
+process dies (``os._exit``) right after the tool run ``Scenario.crash`` names, before its outcome reaches the
+guard; then a second process runs the same turn again: the same user message, conversation id and turn id, the
+same store. ``check_retried`` then asserts what the two did together: the write that ran before the crash is
+not run again, and the calls keep counting where the first process left them. A driver's ``run_turn`` gives the
+guard ``store`` and names the conversation and the turn the way that SDK's users name a retried request's
+(``repeat_hooks.kit.request`` where the SDK has no spelling of its own).
 """
 
 from __future__ import annotations
@@ -67,13 +77,20 @@ from __future__ import annotations
 import datetime
 import decimal
 import enum
+import importlib
+import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from ..decision import Stop, StopReason
 from ..policy import Policy
+from ..stores import StateStore
 
 FINAL = "done"
 """What the scripted model answers past its script: the turn's final text when the guard did not stop it."""
@@ -148,6 +165,15 @@ class Expect:
 
 
 @dataclass(frozen=True)
+class Crash:
+    """The process serving the turn dies right after the ``run``-th real run of ``tool`` (before its outcome
+    reaches the guard); another process retries the turn through the same store."""
+
+    tool: str
+    run: int = 1
+
+
+@dataclass(frozen=True)
 class Scenario:
     """A conversation every adapter must handle the same way."""
 
@@ -162,6 +188,8 @@ class Scenario:
     """Times the SDK's construct around the agent runs it in each turn (1: the agent alone)."""
     branches: int = 1
     """Isolated branches the agent runs in at once in each turn, each answering the script (1: one agent)."""
+    crash: Crash | None = None
+    """For ``run_retried``: the tool run right after which the first process dies."""
 
     @property
     def policy(self) -> Policy:
@@ -220,6 +248,14 @@ class Driver(Protocol):
 
     def run(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
         """Run every turn of ``scenario`` with a fresh guarded agent (one conversation); one outcome per turn."""
+        ...
+
+    def run_turn(
+        self, scenario: Scenario, box: ToolBox, *, store: StateStore, conversation_id: str, turn_id: str
+    ) -> TurnOutcome:
+        """Run the first turn of ``scenario`` with a fresh guarded agent whose states live in ``store``, serving
+        conversation ``conversation_id`` in the turn ``turn_id``, named the way this SDK's users name a retried
+        request's; its outcome."""
         ...
 
 
@@ -624,3 +660,106 @@ SCENARIOS: tuple[Scenario, ...] = (
 def scenario(name: str) -> Scenario:
     """The scenario named ``name``."""
     return next(item for item in SCENARIOS if item.name == name)
+
+
+RETRIED = Scenario(
+    "a_turn_retried_after_a_crash_runs_no_write_again",
+    "Two processes serve one conversation through a shared store. The first tracks the parcel, then places the "
+    "order and dies before telling the guard how it went; the retry of the same turn (the same request: the same "
+    "conversation and turn ids) in a second process tracks again (its count goes on: 2 of 2), and the order is "
+    "refused: it may have been placed (no outcome came), and placing it again would do it twice.",
+    (_track(), Tool("place_order", order_placed, description="Place an order.")),
+    (UserTurn("Order a parcel box and track FR-7731", (_calls(TRACK), _calls(Call("place_order", "box")))),),
+    Expect(runs={"track_parcel": 2, "place_order": 1}, refusals=1, stops=(None,), model_calls=(3,)),
+    {"destructive": {"place_order"}, "read_only": {"track_parcel"}},
+    crash=Crash("place_order", 1),
+)
+"""The two-process scenario (``run_retried``); apart from ``SCENARIOS``, which one process runs."""
+
+CRASH_EXIT = 75
+"""The exit code of the process that dies at a scenario's crash."""
+CONVERSATION = "conv-retried"
+"""The conversation id both processes of ``run_retried`` serve."""
+TURN = "turn-retried"
+"""The turn id both processes of ``run_retried`` name (the retried request's)."""
+
+
+class SharedToolBox(ToolBox):
+    """A ``ToolBox`` whose runs are counted in a file (``runs.json``), shared by the processes of ``run_retried``;
+    with ``crash``, the run the scenario's ``Crash`` names ends the process at once (``os._exit``: nothing after
+    it runs, nothing is flushed), after its run is counted."""
+
+    def __init__(self, scenario: Scenario, folder: Path, *, crash: bool) -> None:
+        super().__init__(scenario)
+        self.path = folder / "runs.json"
+        self.crash = scenario.crash if crash else None
+        self._load()
+
+    def run(self, name: str, query: str) -> Any:
+        """Count the run in the file (under a lock), then crash there if it is the crash's, else return the result."""
+        import fcntl  # POSIX: the two processes of a retry take turns
+
+        with open(self.path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._load()
+            self.runs[name] += 1
+            self.path.write_text(json.dumps(self.runs))
+        if self.crash is not None and (name, self.runs[name]) == (self.crash.tool, self.crash.run):
+            os._exit(CRASH_EXIT)
+        return self.scenario.tool(name).results(self.runs[name], query)
+
+    def _load(self) -> None:
+        if self.path.exists():
+            self.runs.update(json.loads(self.path.read_text()))
+
+
+def run_retried(
+    driver: str, scenario: Scenario, folder: Path, *, path: Sequence[str] = (), timeout: float = 300
+) -> tuple[int, TurnOutcome, ToolBox]:
+    """Run ``scenario``'s first turn in a process that dies at its crash, then its retry in a second process, both
+    with ``driver`` (``"package.module:Class"``, built with no arguments; ``path``: folders to import it from) and
+    one ``SQLiteStore`` in ``folder``. Returns the first process's exit code, the retry's outcome, and the runs
+    both made."""
+    env = dict(os.environ)
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join([*path, *filter(None, [env.get("PYTHONPATH")])])
+    codes = []
+    for role in ("crash", "retry"):
+        command = [sys.executable, "-m", "repeat_hooks.kit.conformance", driver, scenario.name, str(folder), role]
+        codes.append(subprocess.run(command, timeout=timeout, check=False, env=env).returncode)
+    if codes[1] != 0:
+        raise AssertionError(f"scenario {scenario.name}: the retry's process exited {codes[1]}")
+    saved = json.loads((folder / "outcome.json").read_text())
+    stop = saved.pop("stop")
+    outcome = TurnOutcome(stop=None if stop is None else Stop.model_validate(stop), **saved)
+    return codes[0], outcome, SharedToolBox(scenario, folder, crash=False)
+
+
+def check_retried(scenario: Scenario, exit_code: int, outcome: TurnOutcome, box: ToolBox) -> None:
+    """Raise ``AssertionError`` saying what differs from what ``scenario`` expects of a crash and its retry: the
+    first process died at the crash, and the runs of both and the retry's turn are the scenario's."""
+    if exit_code != CRASH_EXIT:
+        raise AssertionError(f"scenario {scenario.name}: the first process exited {exit_code}, not at the crash")
+    check(scenario, box, [outcome])
+
+
+def _main(argv: Sequence[str]) -> int:
+    """``python -m repeat_hooks.kit.conformance DRIVER SCENARIO FOLDER crash|retry``: one process of ``run_retried``."""
+    from ..stores.sqlite import SQLiteStore
+
+    driver_path, name, folder_text, role = argv
+    module, _, attribute = driver_path.partition(":")
+    driver = getattr(importlib.import_module(module), attribute)()
+    retried = next(item for item in (RETRIED, *SCENARIOS) if item.name == name)
+    folder = Path(folder_text)
+    box = SharedToolBox(retried, folder, crash=role == "crash")
+    store = SQLiteStore(folder / "states.db")
+    outcome = driver.run_turn(retried, box, store=store, conversation_id=CONVERSATION, turn_id=TURN)
+    saved = asdict(outcome)
+    saved["stop"] = None if outcome.stop is None else outcome.stop.model_dump(mode="json")
+    (folder / "outcome.json").write_text(json.dumps(saved))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))

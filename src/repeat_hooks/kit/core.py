@@ -195,6 +195,15 @@ class GuardCore:
         if len(self._checked) < 64:
             self._checked.add(known)
 
+    def scope(
+        self, conversation_id: object = None, agent_name: object = None
+    ) -> contextlib.AbstractContextManager[Any]:
+        """``observe.scope(...)`` naming the conversation and the agent a hook call serves (each kept only if a
+        non-empty ``str``), for the observers and the log lines; nothing at all when nobody observes."""
+        if not observe.OBSERVERS:
+            return contextlib.nullcontext()
+        return observe.scope(conversation_id=_text(conversation_id), agent_name=_text(agent_name))
+
     def stopped(self, stop: Stop, error: type[GuardStopped], *details: Any) -> GuardStopped | None:
         """The error to raise for ``stop`` with ``on_stop="raise"``, or ``None`` (``"reply"``: answer with it)."""
         return error(stop, *details) if self.on_stop == "raise" else None
