@@ -1,7 +1,8 @@
 """What ``RepeatHooksInstrumentor`` adds to a guarded step, measured side by side in one process.
 
-A step is what a hook-driven loop asks the policy for one model response with one tool call:
-``decide_model_call``, ``record_model_call``, ``decide_tool_call`` and ``record_tool_result``. Three sides,
+A step is what a hook-driven loop asks the guard for one model response with one tool call, through the hook
+(which commits each decision, then tells the observers): ``pre_llm_call``, ``post_llm_call``, ``pre_tool_call`` and
+``post_tool_call``, each call a fresh ``ToolCall`` with a fresh id. Three sides,
 interleaved (``interleave.py``): ``off`` (no observer: the guard pays one check per hook call),
 ``no-op providers`` (instrumented with OpenTelemetry's default no-op providers: what an application that has
 not set up the SDK pays) and ``SDK`` (instrumented with the OpenTelemetry SDK, an in-memory span exporter
@@ -23,7 +24,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from repeat_hooks import GuardState, Policy, ToolCall
+from repeat_hooks import StopRepeatedCalls, ToolCall
 from repeat_hooks.observe.otel import RepeatHooksInstrumentor
 
 STEPS = 2_000
@@ -32,16 +33,15 @@ ROUNDS = 21
 
 def steps() -> None:
     """``STEPS`` steps, in turns of 20."""
-    policy = Policy()
     for _ in range(STEPS // 20):
-        state = GuardState()
-        policy.start_turn(state)
+        guard = StopRepeatedCalls()
+        guard.pre_agent_turn()
         for step in range(20):
-            policy.decide_model_call(state)
-            policy.record_model_call(state, seconds=1.0, cost_usd=0.01)
+            guard.pre_llm_call()
+            guard.post_llm_call(seconds=1.0, cost_usd=0.01)
             call = ToolCall("lookup", {"id": step % 7}, call_id=f"c{step}")
-            if policy.decide_tool_call(state, call) is None:
-                policy.record_tool_result(state, call, result={"value": step % 7})
+            if guard.pre_tool_call(call) is None:
+                guard.post_tool_call(call, result={"value": step % 7})
 
 
 def instrumented(**providers: object) -> Callable[[], float]:

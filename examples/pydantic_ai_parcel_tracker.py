@@ -24,7 +24,8 @@ from typing import Any
 
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolReturnPart, UserPromptPart
-from repeat_hooks_pydantic_ai import GUARD_NAME, Policy, RepeatGuard, refusals_of, stop_of
+from repeat_hooks_pydantic_ai import Policy, RepeatGuard, refusals_of, stop_of
+from repeat_hooks_pydantic_ai.state import GUARD_NAME
 from repeat_hooks_pydantic_ai.testing import ScriptedModel, call
 
 # --- The carrier, faked -----------------------------------------------------------------------------
@@ -88,7 +89,7 @@ async def turn(agent: Agent[None, str], history: list[ModelMessage], text: str) 
     """Run one turn (one ``agent.run``), say how it ended and why; returns the conversation so far."""
     result = await agent.run(text, message_history=history)
     for tool, refusal in refusals_of(result):
-        print(f"loop breaker: refused {tool} ({refusal.kind.value})")
+        print(f"loop breaker: refused {tool} ({refusal.reason.value})")
     stop = stop_of(result)
     if stop is not None:
         # The guard's closing response (in place of a model call) is not a model call.

@@ -3,6 +3,7 @@ are refused, the turn ends (``ignored_refusals``), and the next turn starts afre
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -10,7 +11,8 @@ from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 OFFLINE_ENV = {"PATH": "/usr/bin:/bin", "PYTHONIOENCODING": "utf-8"}
-"""The example's whole environment: no provider key (nor cloud credentials), so it runs on its scripted model."""
+"""The example's whole environment: no provider key (nor cloud credentials), so it runs on its scripted model
+(a ``PYTHONPATH`` the tests run under is kept: a source tree not installed is what the example runs then)."""
 
 
 def run_example(
@@ -20,7 +22,7 @@ def run_example(
     ``-W error``) in ``OFFLINE_ENV``; fails, showing its stderr, unless it exits with ``code``."""
     done = subprocess.run(
         [sys.executable, *python, str(EXAMPLES / name), *args],
-        env=OFFLINE_ENV,
+        env={**OFFLINE_ENV, **{name: os.environ[name] for name in ("PYTHONPATH",) if name in os.environ}},
         capture_output=True,
         text=True,
         timeout=timeout,
