@@ -43,7 +43,8 @@ from claude_agent_sdk import (
     tool,
 )
 from interleave import ainterleave
-from repeat_hooks_claude_agent_sdk import GuardedTransport, RepeatGuardHooks
+from repeat_hooks_claude_agent_sdk import RepeatGuardHooks
+from repeat_hooks_claude_agent_sdk.stream import GuardedTransport
 from repeat_hooks_claude_agent_sdk.testing import FakeMessagesAPI, Reply, offline_options, steps, tool_use
 
 CALLS_PER_TURN = 20

@@ -45,7 +45,8 @@ from agents import (
 )
 from agents.tool_context import ToolContext
 from interleave import ainterleave, median_ratio
-from repeat_hooks_openai_agents import EndTurn, GuardState, RepeatGuardHooks, guard_agent
+from repeat_hooks_openai_agents import GuardState, RepeatGuardHooks, guard_agent
+from repeat_hooks_openai_agents.guard import EndTurn
 from repeat_hooks_openai_agents.testing import ScriptedModel, message, tool_call
 
 T = TypeVar("T")
@@ -129,8 +130,8 @@ def adapter_seconds_per_turn() -> float:
         context = ToolContext(
             state, usage=usage, tool_name="track_parcel", tool_call_id=f"call_{n}", tool_arguments=arguments
         )
-        refuse.guardrail_function(ToolInputGuardrailData(context, agent))
-        record.guardrail_function(ToolOutputGuardrailData(context, agent, "ok"))
+        run_now(refuse.guardrail_function(ToolInputGuardrailData(context, agent)))  # async: they may await a store
+        run_now(record.guardrail_function(ToolOutputGuardrailData(context, agent, "ok")))
         run_now(behavior(wrapper, results))
 
     def making_a_context() -> None:  # the SDK's cost, paid with or without the guard

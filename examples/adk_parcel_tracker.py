@@ -75,19 +75,19 @@ def make_runner(live: bool, sessions: BaseSessionService) -> Runner:
 async def turn(runner: Runner, session_id: str, text: str) -> None:
     """Run one invocation and say how it ended, and why, from the events the caller receives."""
     message = types.Content(role="user", parts=[types.Part(text=text)])
-    answer, invocation_id = "", ""
+    answer, last = "", None
     async for event in runner.run_async(user_id="me", session_id=session_id, new_message=message):
-        invocation_id = event.invocation_id
+        last = event
         for response in event.get_function_responses():
             error = (response.response or {}).get("error", "")
             if str(error).startswith("Refused:"):
                 print(f"loop breaker: refused {response.name}")
         if event.is_final_response() and event.content and event.content.parts:
             answer = "".join(part.text or "" for part in event.content.parts)
-    session = await runner.session_service.get_session(app_name="parcels", user_id="me", session_id=session_id)
-    assert session is not None
-    stop = stop_of(session, invocation_id)  # how the guard ended this invocation, if it did
+    stop = stop_of(last) if last is not None else None  # how the guard ended this invocation, if it did
     if stop is not None:
+        session = await runner.session_service.get_session(app_name="parcels", user_id="me", session_id=session_id)
+        assert session is not None
         model_calls = read_state(session).turn.responses
         print(f"loop breaker: ended the turn ({stop.reason}) after {model_calls} model calls")
         print(f"agent (stopped: {stop.reason}): {answer}")

@@ -97,9 +97,9 @@ async def turn(guard: RepeatGuardHooks, options: ClaudeAgentOptions, text: str) 
         elif isinstance(message, ResultMessage):
             result = message
     assert result is not None
-    stop = await stop_of(guard, result)  # how the guard ended this turn, if it did
+    stop = await stop_of(result, guard=guard)  # how the guard ended this turn, if it did
     if stop is not None:
-        state = await read_state(guard, result)
+        state = await read_state(result, guard=guard)
         response = state.turn.responses + 1 if state is not None else 0  # the responses let through, then this one
         print(f"loop breaker: ended the turn ({stop.reason}) at model response {response}, before its call ran")
         print(f"agent (stopped: {stop.reason}): {result.result}")

@@ -18,7 +18,7 @@ import os
 from typing import Any
 
 from mistralai.agents import agents
-from repeat_hooks_mistral import Policy, RepeatGuardHook, events_of
+from repeat_hooks_mistral import StopRepeatedCalls, events_of
 from repeat_hooks_mistral.testing import ScriptedModel, ToolUse, calls_this_turn, last_user_text
 
 # --- The carrier, faked -----------------------------------------------------------------------------
@@ -37,20 +37,20 @@ def track_parcel(tracking_number: str) -> dict[str, str]:
 
 
 # --- The guard ----------------------------------------------------------------------------------------
-# Settings are class variables: the hook object holds nothing, so the SDK may rebuild it anywhere
-# (per hook point locally, per activity when deployed). The counters live in ParcelGuard.store.
+# StopRepeatedCalls is the how-to's hook: per tool, 2 calls a turn; the 3rd is refused; 3 refusals end the
+# turn. Settings are class variables (policy, store, cost, fail...): the hook object holds nothing, so the SDK
+# may rebuild it anywhere (per hook point locally, per activity when deployed). The counters live in
+# ParcelGuard.store. This subclass only prints each refusal.
 
 
-class ParcelGuard(RepeatGuardHook):
-    """Per tool, 2 calls a turn; the 3rd is refused; 3 refusals end the turn."""
-
-    policy = Policy(match="tool", max_calls=2, max_refusals=3)
+class ParcelGuard(StopRepeatedCalls):
+    """The how-to's guard, printing what it refused."""
 
     async def pre_tool_call(self, ctx: Any, call: Any) -> Any:
         """The guard's decision, printed when it is a refusal."""
         decision = await super().pre_tool_call(ctx, call)
         if isinstance(decision, agents.hook.PreToolCallHookSkip):
-            refused = (await events_of(ParcelGuard, ctx.session.id))[-1]
+            refused = (await events_of(ctx.session.id, guard=ParcelGuard))[-1]
             print(f"loop breaker: refused {refused.tool}, call {refused.count:g} of this turn")
         return decision
 

@@ -80,7 +80,7 @@ def turn(agent: Agent, text: str) -> None:
             if tool_result is not None and tool_result["content"][0].get("text", "").startswith("Refused:"):
                 print("loop breaker: refused track_parcel")
     answer = str(result).strip()
-    stop = stop_of(agent)  # how the guard ended this turn, if it did
+    stop = stop_of(result)  # how the guard ended this turn, if it did
     if stop is not None:
         model_calls = read_state(agent).turn.responses
         print(f"loop breaker: ended the turn ({stop.reason}) after {model_calls} model calls")

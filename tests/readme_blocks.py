@@ -53,6 +53,7 @@ OWNERS: dict[str, str | dict[str, str]] = {
         "Strands Agents (`repeat-hooks-strands`)": "tests/adapters/strands/test_readme.py",
         "Claude Agent SDK (`repeat-hooks-claude-agent-sdk`)": "tests/adapters/claude_agent_sdk/test_readme.py",
         "Several processes on one host: `SQLiteStore`": CORE,
+        "The adapters: one shape, one kit, one conformance kit": CORE,
         "Several processes: `RedisStore`": CORE,
     },
     "adapters/claude_agent_sdk/README.md": "tests/adapters/claude_agent_sdk/test_readme.py",

@@ -120,14 +120,14 @@ async def demo(
             ),
             timeout=90,
         )
-        stop = await stop_of(guard, session.id)
-        for event in await events_of(guard, session.id):
+        stop = await stop_of(session.id, guard=guard)
+        for event in await events_of(session.id, guard=guard):
             what = f"call {event.count:.0f} of {event.tool} refused" if event.kind == "refusal" else "turn ended"
             say(f"  guard: {what} ({event.reason.value})")
         carrier_1 = len(narrator.lines("carrier"))
         say(f"  turn 1 ended ({end_1.outcome}, {len(end_1.text)} characters of text: rc11 drops a hook's stop message)")
         if stop is not None:
-            say(f"  stop_of({guard.__name__}, session): {stop.reason.value}: {stop.message!r}")
+            say(f"  stop_of(session_id, guard={guard.__name__}): {stop.reason.value}: {stop.message!r}")
         say(f"  the survivor finished the turn {time.monotonic() - killed:.0f} s after the kill\n")
 
         say(f"turn 2 - user: {app.SECOND_TURN}")
@@ -141,7 +141,7 @@ async def demo(
             timeout=60,
         )
         say(f"  turn 2 ended ({end_2.outcome}): {end_2.text}")
-        state = await read_state(guard, session.id)
+        state = await read_state(session.id, guard=guard)
         await asyncio.wait_for(sessions.stop_session(session), timeout=30)
     finally:
         with contextlib.suppress(Exception):  # already finished: nothing to terminate

@@ -13,7 +13,6 @@ Importing ``repeat_hooks`` loads none of the offline tools, nor OpenTelemetry.
 """
 
 import logging
-from typing import Any
 
 from . import _moved
 from .call import ToolCall
@@ -48,8 +47,5 @@ __version__ = "0.3.0"
 
 logging.getLogger("repeat_hooks").addHandler(logging.NullHandler())
 _moved.install()
-
-
-def __getattr__(name: str) -> Any:
-    """The names that moved out of the front door in 0.3, with a ``DeprecationWarning`` naming their new home."""
-    return _moved.moved_name(name)
+__getattr__ = _moved.forwarder(__name__, _moved.FRONT_DOOR)
+"""The names that moved out of the front door in 0.3, with a ``DeprecationWarning`` naming their new home."""

@@ -1,6 +1,7 @@
 """What moved in 0.3, and where: the old spellings keep working for one release, with a ``DeprecationWarning``
-that names the new one. ``repeat_hooks/__init__`` answers the old top-level names; the finder installed here
-answers the old module paths (``import repeat_hooks.redis``), each as a module forwarding to its new home."""
+that names the new one. ``forwarder`` answers a module's old names (the front door's, ``repeat_hooks/__init__``;
+an adapter's, as ``repeat_hooks.kit.moved``); the finder installed here answers the old module paths
+(``import repeat_hooks.redis``), each as a module forwarding to its new home."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import importlib.machinery
 import sys
 import types
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 MODULES: dict[str, tuple[str, ...]] = {
@@ -46,15 +47,38 @@ NAMES: dict[str, str] = {
     **dict.fromkeys(("check_budgets", "check_feeds", "check_tool_names", "policy_from"), "repeat_hooks.kit"),
 }
 """Old top-level name of ``repeat_hooks`` -> the module it is imported from now."""
+FRONT_DOOR = {name: f"{home}:{name}" for name, home in NAMES.items()}
+"""``NAMES`` as ``forwarder`` takes them."""
 
 
-def moved_name(name: str) -> Any:
-    """The object an old top-level name stood for, with a ``DeprecationWarning`` naming its new home."""
-    home = NAMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'repeat_hooks' has no attribute {name!r}")
-    warnings.warn(f"repeat_hooks.{name} is deprecated: import it from {home}", DeprecationWarning, stacklevel=3)
-    return getattr(importlib.import_module(home), name)
+def forwarder(
+    module: str, moved: Mapping[str, str | tuple[str, Callable[[], Any]]], *, gone: Mapping[str, str] | None = None
+) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for the names ``module`` no longer has, each reached with a ``DeprecationWarning``
+    naming its new spelling; any other name is an ``AttributeError``. ``moved`` maps each old name to its new home
+    (``"package.module:name"``), or to ``(spelling, make)`` where no one name replaces it (``make()`` returns what
+    the old name stood for); ``gone``: names with no replacement, each an ``AttributeError`` saying what to do
+    instead. ``__getattr__ = forwarder(__name__, {...})`` in the module the names left."""
+
+    def __getattr__(name: str) -> Any:
+        home = moved.get(name)
+        if gone and name in gone:
+            raise AttributeError(f"{module}.{name} is gone: {gone[name]}")
+        if home is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        if isinstance(home, tuple):
+            spelling, make = home
+        else:
+            path, _, attribute = home.partition(":")
+            spelling = f"{path}.{attribute}"
+
+            def make() -> Any:
+                return getattr(importlib.import_module(path), attribute)
+
+        warnings.warn(f"{module}.{name} is deprecated: use {spelling}", DeprecationWarning, stacklevel=2)
+        return make()
+
+    return __getattr__
 
 
 class _Forwarding(types.ModuleType):

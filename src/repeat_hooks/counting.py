@@ -104,7 +104,7 @@ def count_progress(policy: Policy, turn: Turn, call: ToolCall, key: str, limit: 
     elif mark.ok is not False and writes_once(policy, call):
         # It succeeded, or it was let through and no outcome came (it runs in this very batch, or its process died
         # before telling): either way it may have happened, and another would do it twice.
-        return True, RefusalKind.DUPLICATE_WRITE, number
+        return True, RefusalKind.DUPLICATE_WRITE if mark.ok else RefusalKind.UNKNOWN_WRITE, number
     if policy.max_opaque_runs is not None and mark.opaque >= policy.max_opaque_runs:
         return True, RefusalKind.OPAQUE, mark.opaque
     if number > limit:

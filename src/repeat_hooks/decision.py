@@ -50,6 +50,10 @@ class RefusalKind(str, Enum):
     DUPLICATE_WRITE = "duplicate_write"
     """The call acts on the world (``destructive``, not idempotent) and the same call already succeeded
     with nothing else changed since: running it again would do it twice."""
+    UNKNOWN_WRITE = "unknown_write"
+    """The call acts on the world and the same call was already let through with no outcome yet (it runs in this
+    very batch, or the process running it died before telling): it may have happened, so another could do it
+    twice."""
     REJECTED = "rejected"
     """The same call was rejected before it ran (a human reviewer or a guardrail: ``post_tool_rejected``)
     ``max_calls`` times, with nothing changed since: asking again would be rejected again."""

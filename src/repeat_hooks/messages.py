@@ -46,6 +46,11 @@ REFUSE_DUPLICATE_WRITE = (
     "since: calling it again would do it twice. Do not call it again: use its earlier result, or give your "
     "answer with what you know."
 )
+REFUSE_UNKNOWN_WRITE = (
+    "Refused: {tool} with these exact arguments was already sent in this turn and how it went is not known: it "
+    "may have happened, and sending it again could do it twice. Do not call it again: check whether it happened "
+    "with another tool, or give your answer with what you know."
+)
 REFUSE_OPAQUE = (
     "Refused: you already called {tool} with these exact arguments {limit} times in this turn. Do not call "
     "it again: use the earlier results, try different arguments, or give your answer with what you know."
@@ -76,6 +81,7 @@ REFUSAL_MESSAGES: dict[RefusalKind, str] = {
     RefusalKind.CYCLE: REFUSE_CYCLE,
     RefusalKind.FORBIDDEN: REFUSE_FORBIDDEN,
     RefusalKind.DUPLICATE_WRITE: REFUSE_DUPLICATE_WRITE,
+    RefusalKind.UNKNOWN_WRITE: REFUSE_UNKNOWN_WRITE,
     RefusalKind.OPAQUE: REFUSE_OPAQUE,
     RefusalKind.REJECTED: REFUSE_REJECTED,
     RefusalKind.STORE_UNAVAILABLE: STORE_DOWN_REFUSAL,

@@ -354,6 +354,14 @@ class GuardState(WholeModel):
                 return event.as_stop()
         return None
 
+    def events_since(self, since: GuardEvent | None) -> list[GuardEvent]:
+        """The kept events after ``since``, the newest event (the very object) before a change, or ``None`` if there
+        was none: the refusals and stops the change added."""
+        for index in range(len(self.events) - 1, -1, -1):
+            if self.events[index] is since:
+                return self.events[index + 1 :]
+        return list(self.events)  # none before, or forgotten since (more than MAX_EVENTS came): all that are kept
+
     def remember(self, delivery_id: str, delivery: Delivery) -> None:
         """Keep ``delivery`` under ``delivery_id`` (a call's is scoped to its response; an outcome's or a model
         call's is ``SEEN``), forgetting the oldest past ``MAX_DELIVERIES``."""

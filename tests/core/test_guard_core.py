@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -80,15 +81,24 @@ def test_the_common_keywords_are_checked_once_with_the_right_spelling() -> None:
         GuardCore(None, {"max_cals": 2}, owner="Guard")
     with pytest.raises(GuardSetupError, match=r"cost=TokenPrices"):
         GuardCore(Policy(max_cost_usd=1.0), owner="Guard")
+    with pytest.raises(TypeError, match=r"Guard got an unexpected keyword 'stor': did you mean store=\.\.\.\?"):
+        GuardCore(None, {"stor": MemoryStore()}, owner="Guard")
+    with pytest.raises(TypeError, match=r"Guard got an unexpected keyword 'state_kye': did you mean state_key="):
+        GuardCore(None, {"state_kye": "x"}, owner="Guard", keywords=("state_key",))
+    with pytest.raises(TypeError, match=r"takes a store, not the class: Guard\(store=MemoryStore\(\.\.\.\)\)"):
+        GuardCore(owner="Guard", store=MemoryStore)  # type: ignore[arg-type]
 
 
 def test_a_clock_the_sdk_cannot_feed_is_refused_and_its_budget_too() -> None:
     why = {Feed.SECONDS: "the CLI reports no model time"}
-    GuardCore(owner="Cli", why=why)  # the default clock is dropped quietly: nothing was asked for
+    GuardCore(owner="Cli", clock=None, why=why)  # such an adapter's clock= defaults to None
     with pytest.raises(GuardSetupError, match=r"Cli cannot time model calls \(the CLI reports no model time\)"):
-        GuardCore(owner="Cli", clock=lambda: 0.0, why=why)
+        GuardCore(owner="Cli", clock=time.monotonic, why=why)  # given anyway, even the usual clock: refused
     with pytest.raises(GuardSetupError, match=r"max_model_seconds=.*the CLI reports no model time"):
-        GuardCore(Policy(max_model_seconds=5), owner="Cli", why=why)
+        GuardCore(Policy(max_model_seconds=5), owner="Cli", clock=None, why=why)
+    how = {Feed.COST: "class Guard(RepeatGuardHook): cost = TokenPrices(...)"}
+    with pytest.raises(GuardSetupError, match=r"set it up with class Guard\(RepeatGuardHook\): cost = TokenPrices"):
+        GuardCore(Policy(max_cost_usd=1.0), owner="Guard", how=how)
 
 
 def test_is_failure_reads_what_the_model_reads_and_a_broken_one_counts_a_failure(
@@ -208,7 +218,7 @@ def test_a_sync_hook_uses_an_async_store_on_the_guards_own_loop_in_the_callers_s
 
 def test_a_request_names_the_conversation_and_turn_over_the_sdks_own() -> None:
     core = GuardCore(owner="Guard")
-    assert (core.conversation_id("sdk-session"), core.turn_id(42)) == ("sdk-session", None)
+    assert (core.conversation_id("sdk-session"), core.turn_id(42), core.turn_id("")) == ("sdk-session", "42", None)
     with request(conversation_id="conv-9", turn_id="req-1") as given:
         assert given == current_request()
         assert (core.conversation_id("sdk-session"), core.turn_id("sdk-turn")) == ("conv-9", "req-1")
@@ -262,3 +272,66 @@ def test_a_batch_finds_each_decided_call_once_by_object_then_id_and_arguments_th
     assert renamed.claimed and batch.settle("track_v2", "c9") is renamed
     batch.clear()
     assert batch.calls == []
+
+
+def test_what_an_adapter_keeps_beside_an_sdk_object_goes_with_it() -> None:
+    import gc
+    from dataclasses import dataclass
+
+    from repeat_hooks.kit import Beside
+
+    @dataclass
+    class Usage:  # unhashable, as the OpenAI Agents SDK's is
+        requests: int = 0
+
+    beside: Beside[list[str]] = Beside()
+    usage = Usage()
+    kept = beside.setdefault(usage, list)
+    assert beside.setdefault(usage, list) is kept and beside.get(usage) is kept and beside.get(Usage()) is None
+    del usage
+    gc.collect()
+    assert len(beside) == 0
+    other = Usage()
+    beside.setdefault(other, list)
+    assert beside.pop(other) == [] and beside.pop(other) is None
+
+
+def test_a_moved_name_warns_with_its_new_spelling_and_still_works() -> None:
+    from repeat_hooks.kit import moved
+
+    forwarded = moved("repeat_hooks_example", {"old_name": "repeat_hooks.kit:Batch"})
+    with pytest.deprecated_call(match=r"repeat_hooks_example.old_name is deprecated: use repeat_hooks.kit.Batch"):
+        from repeat_hooks.kit import Batch
+
+        assert forwarded("old_name") is Batch
+    with pytest.raises(AttributeError, match="module 'repeat_hooks_example' has no attribute 'nothing'"):
+        forwarded("nothing")
+
+
+def test_the_events_since_one_are_the_ones_a_change_added() -> None:
+    from repeat_hooks import StopRepeatedCalls
+
+    guard = StopRepeatedCalls(max_calls=2)
+    before = guard.state.events[-1] if guard.state.events else None
+    for _ in range(3):
+        guard.pre_tool_call(ToolCall("track"))
+    added = guard.state.events_since(before)
+    assert [event.reason for event in added] == [RefusalKind.REPEAT] and guard.state.events_since(added[-1]) == []
+    assert guard.state.events_since(None) == guard.state.events
+
+
+def test_a_stop_wrapped_by_an_sdk_is_found_in_the_chain_and_empty_stores_are_stores(tmp_path: Any) -> None:
+    from repeat_hooks import Stop
+    from repeat_hooks.kit import GuardStopped
+    from repeat_hooks.stores.sqlite import SQLiteStore
+
+    stop = Stop(message="I stopped.", reason=StopReason.MAX_STEPS)
+    try:
+        try:
+            raise GuardStopped(stop)
+        except GuardStopped as inner:
+            raise RuntimeError("a plugin failed") from inner
+    except RuntimeError as wrapped:
+        assert GuardStopped.of(wrapped) == stop
+    assert GuardStopped.of(ValueError("other")) is None and GuardStopped.of(None) is None
+    assert bool(MemoryStore()) and bool(SQLiteStore(tmp_path / "s.db"))  # `store or default` keeps an empty one

@@ -134,5 +134,24 @@ def test_the_sqlite_store_block_counts_across_stores(tmp_path: Path) -> None:
     assert isinstance(decisions[2], Refusal) and decisions[2].reason == "repeat"
 
 
+@BLOCKS.cover("The adapters: one shape, one kit, one conformance kit")
+def test_the_request_block_names_the_conversation_and_turn_the_run_sees() -> None:
+    from repeat_hooks.kit import current_request
+
+    seen: list[tuple[str | None, str | None]] = []
+
+    def run_agent(message: str) -> str:
+        request = current_request()  # what every adapter's GuardCore reads inside the run
+        seen.append((request.conversation_id, request.turn_id))
+        return f"answered {message}"
+
+    namespace = BLOCKS.run(
+        "The adapters: one shape, one kit, one conformance kit",
+        given={"run_agent": run_agent, "message": "hi", "request_id": "req-7"},
+    )
+    assert seen == [("conv-42", "req-7")] and namespace["result"] == "answered hi"
+    assert current_request().turn_id is None  # outside the block, nothing is named
+
+
 def test_every_block_here_runs() -> None:
     BLOCKS.assert_covered()

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from repeat_hooks import Policy, StopRepeatedCalls, ToolCall
+from repeat_hooks.call import as_text
 from repeat_hooks.observe import OBSERVERS, scope
 from repeat_hooks.offline import recording
 from repeat_hooks.offline.cli import MalformedRecordsSeen, main, read_trajectories
@@ -847,7 +848,8 @@ def test_a_file_rotates_only_when_the_next_line_would_pass_max_bytes(tmp_path: P
     assert recorder.path.read_text() == '{"rh":1,"c":"next","success":true}\n'
     recorder.label("y" * 2000, success=True)  # longer than max_bytes: written whole, in a file of its own
     recorder.label("after", success=True)
-    assert json.loads((tmp_path / f"{FILE_NAME}.1").read_text())["c"] == "y" * 2000
+    long_id = as_text("y" * 2000)  # as scope keeps it: 993 characters, distinct
+    assert json.loads((tmp_path / f"{FILE_NAME}.1").read_text())["c"] == long_id and len(long_id) > 990
     assert recorder.path.read_text() == '{"rh":1,"c":"after","success":true}\n'
     recorder.close()
 

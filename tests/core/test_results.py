@@ -163,11 +163,12 @@ def test_a_write_whose_outcome_never_came_is_not_sent_again() -> None:
     guard = StopRepeatedCalls(destructive={"place_order"})
     twice = [ToolCall("place_order", {"sku": "box"}, call_id=f"c{n}") for n in range(2)]
     first, second = guard.pre_tool_calls(twice)  # one response asking for the same order twice
-    assert first is None and second is not None and second.reason is RefusalKind.DUPLICATE_WRITE
+    assert first is None and second is not None and second.reason is RefusalKind.UNKNOWN_WRITE
+    assert "how it went is not known" in second.message and "succeeded" not in second.message
     restored = StopRepeatedCalls.model_validate_json(guard.model_dump_json())  # another process, after a crash
     guard.pre_llm_call()
     retried = restored.pre_tool_call(ToolCall("place_order", {"sku": "box"}, call_id="c9"))
-    assert retried is not None and retried.reason is RefusalKind.DUPLICATE_WRITE
+    assert retried is not None and retried.reason is RefusalKind.UNKNOWN_WRITE
     failed = StopRepeatedCalls(destructive={"place_order"})
     assert failed.pre_tool_call(twice[0]) is None
     failed.post_tool_call(twice[0], ok=False, result="card declined")

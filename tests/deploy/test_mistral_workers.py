@@ -149,8 +149,8 @@ async def test_a_worker_killed_mid_turn_leaves_the_counts_exact(deployment: Depl
 
         # -- the survivor finishes the same turn --------------------------------------------------------
         end_1 = await sessions.wait_for_turn_end(deployment.events, session.id, turn_1, timeout=60)
-        stop = await stop_of(guard, session.id)
-        state_1 = await read_state(guard, session.id)
+        stop = await stop_of(session.id, guard=guard)
+        state_1 = await read_state(session.id, guard=guard)
         turn_1_done = time.monotonic()
 
         # -- turn 2: a fresh count ----------------------------------------------------------------------
@@ -159,9 +159,9 @@ async def test_a_worker_killed_mid_turn_leaves_the_counts_exact(deployment: Depl
         turn_2 = verdict.turn_id
         assert turn_2 is not None and turn_2 != turn_1, "the second message must start a new turn"
         end_2 = await sessions.wait_for_turn_end(deployment.events, session.id, turn_2, timeout=30)
-        state_2 = await read_state(guard, session.id)
-        stop_2 = await stop_of(guard, session.id)
-        events = await events_of(guard, session.id)
+        state_2 = await read_state(session.id, guard=guard)
+        stop_2 = await stop_of(session.id, guard=guard)
+        events = await events_of(session.id, guard=guard)
         output = await asyncio.wait_for(sessions.stop_session(session), timeout=30)
     finally:
         with contextlib.suppress(Exception):  # leave nothing running on the shared Temporal server

@@ -24,8 +24,9 @@ from redis.asyncio import Connection, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from services import HungRedis, RedisServer, free_port, start_redis
 
-from repeat_hooks import GuardSetupError, GuardState, MemoryStore, Policy, Refusal, ToolCall, observe
+from repeat_hooks import GuardSetupError, GuardState, MemoryStore, Policy, Refusal, StateCorrupt, ToolCall, observe
 from repeat_hooks.call import call_key
+from repeat_hooks.kit import load_state as load_guard_state
 from repeat_hooks.state import MAX_DELIVERIES
 from repeat_hooks.stores.redis import RedisStore, StoreContention, StoreUnavailable
 
@@ -628,6 +629,34 @@ async def test_a_state_that_is_not_a_guard_state_raises_store_unavailable(redis_
             await store.update("s", lambda state: None)
         with pytest.raises(StoreUnavailable, match="is not a repeat-hooks GuardState"):
             await store.load("s")
+
+
+@pytest.mark.parametrize("decoded", [False, True], ids=["bytes", "decode_responses"])
+async def test_a_state_that_is_not_utf8_is_refused_as_load_state_refuses_it(
+    redis_server: RedisServer, decoded: bool
+) -> None:
+    """Bytes someone else wrote: decoded with replacement characters they were a state the guard never wrote
+    (a count under a key made of U+FFFD), kept and written back; ``load_state`` refuses the same bytes."""
+    written = json.dumps({"turn": {"counts": {"@": 1}}}).encode().replace(b"@", b"\xff\xfe")
+    with pytest.raises(StateCorrupt):
+        load_guard_state(written)
+    client = Redis.from_url(redis_server.url, decode_responses=decoded)
+    prefix = f"test-{uuid.uuid4().hex[:8]}:"
+    try:
+        async with RedisStore(client, prefix=prefix) as store:
+            raw = SyncRedis.from_url(redis_server.url)
+            raw.hset(prefix + "s", mapping={"t": b"x", "s": written})
+            for attempt in (store.load("s"), store.update("s", lambda state: None)):
+                with pytest.raises(StateCorrupt, match=r"'test-\w+:s': the stored guard state is not UTF-8 text"):
+                    await attempt
+            raw.hset(prefix + "s", mapping={"t": b"\xff", "s": GuardState().model_dump_json()})
+            with pytest.raises(StateCorrupt, match="not UTF-8 text"):
+                await store.load("s")
+            raw.delete(prefix + "s")
+            assert await store.update("s", lambda state: "written") == "written"  # deleted: afresh, as it says
+            raw.close()
+    finally:
+        await client.aclose()
 
 
 async def test_unreachable_redis_raises_store_unavailable_quickly() -> None:

@@ -1,21 +1,19 @@
 """SQLiteStore: one file shared by processes on one host. Exact counts under concurrent writers delivering every
-hook call twice, a process killed mid-update leaving the last committed state, bounds, and hostile rows."""
+hook call twice, and a process killed mid-update leaving the last committed state. (In one process:
+``tests/core/test_sqlite_store.py``.)"""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
-import pytest
-
-from repeat_hooks import GuardState, Policy, StateCorrupt, StoreUnavailable, ToolCall
+from repeat_hooks import Policy, ToolCall
 from repeat_hooks.stores.sqlite import SQLiteStore
 
 WRITER = textwrap.dedent(
@@ -25,7 +23,7 @@ WRITER = textwrap.dedent(
     from repeat_hooks.stores.sqlite import SQLiteStore
 
     path, worker, calls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    store, policy = SQLiteStore(path), Policy(max_calls=10**9, count="per_turn")
+    store, policy = SQLiteStore(path, timeout=60), Policy(max_calls=10**9, count="per_turn")
     deliveries = [n for n in range(calls) for _ in range(2)]  # every hook call delivered twice
     random.Random(worker).shuffle(deliveries)
     for n in deliveries:
@@ -80,55 +78,3 @@ def test_a_process_killed_mid_update_leaves_the_last_committed_state(tmp_path: P
     assert time.monotonic() - started < 5  # the dead process's lock went with it
     state = asyncio.run(store.load("conv"))
     assert state is not None and sum(state.turn.counts.values()) == 4  # 3 committed + 1; the killed one lost
-
-
-async def test_async_updates_from_many_tasks_lose_no_counts(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "states.db")
-    policy = Policy(max_calls=10**9, count="per_turn")
-    call = ToolCall("t")
-    await asyncio.gather(*(store.update("s", lambda state: policy.decide_tool_call(state, call)) for _ in range(200)))
-    state = await store.load("s")
-    assert state is not None and list(state.turn.counts.values()) == [200]
-
-
-def test_conversations_expire_and_the_least_recently_updated_go_past_the_cap(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "states.db", max_sessions=3)
-    for n in range(5):
-        store.update_now(f"c{n}", lambda state: None)
-    assert len(store) == 3 and asyncio.run(store.load("c0")) is None and asyncio.run(store.load("c4")) is not None
-    short = SQLiteStore(tmp_path / "ttl.db", ttl=0.2)
-    short.update_now("old", lambda state: None)
-    time.sleep(0.3)
-    short.update_now("new", lambda state: None)  # a new conversation sweeps the expired
-    assert asyncio.run(short.load("old")) is None and len(short) == 1
-
-
-def test_a_row_someone_else_wrote_is_refused_whole_and_nothing_is_written(tmp_path: Path) -> None:
-    path = tmp_path / "states.db"
-    store = SQLiteStore(path)
-    store.update_now("conv", lambda state: None)
-    with sqlite3.connect(path) as connection:
-        connection.execute("UPDATE repeat_hooks_states SET state = ? WHERE key = 'conv'", ('{"turn": "yes"}',))
-    with pytest.raises(StateCorrupt, match="delete it to start this conversation's counts afresh"):
-        store.update_now("conv", lambda state: None)
-    with pytest.raises(StateCorrupt):
-        asyncio.run(store.load("conv"))
-
-
-def test_a_change_that_raises_writes_nothing_and_reaches_the_caller(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "states.db")
-
-    def broken(state: GuardState) -> None:
-        state.turn.refusals = 7
-        raise KeyError("adapter bug")
-
-    with pytest.raises(KeyError):
-        store.update_now("conv", broken)
-    assert asyncio.run(store.load("conv")) is None
-
-
-def test_a_path_that_cannot_hold_a_database_fails_at_setup(tmp_path: Path) -> None:
-    with pytest.raises(StoreUnavailable, match="SQLiteStore"):
-        SQLiteStore(tmp_path / "no" / "such" / "folder" / "states.db")
-    with pytest.raises(ValueError, match="ttl"):
-        SQLiteStore(tmp_path / "x.db", ttl=0)

@@ -11,22 +11,80 @@
   ``check_tool_names``), failing loudly with the right spelling;
 - ``clock``, ``usage``: the ``Clock`` model calls are timed with, a ``Stopwatch``; ``TokenPrices`` and
   ``usage_tokens``, which read every supported SDK's usage object;
+- ``beside``: what an adapter keeps beside an SDK object it does not own (``Beside``), by identity;
+- ``moved``: a module ``__getattr__`` for the names an adapter moved, warning with the new spelling;
 - ``conformance``: the scenarios every adapter passes on its SDK's real loop (imported on its own).
 """
 
-from .batch import ANY, Batch, Decided
-from .calls import hints, tool_call
-from .clock import Clock, Stopwatch, monotonic
-from .core import Fail, FailureCheck, GuardCore, GuardStopped, OnStop, Request, current_request, request
-from .setup import check_budgets, check_feeds, check_tool_names, policy_from
-from .states import ParsedStates, Slot, load
-from .usage import CostOf, TokenPrices, usage_tokens
+from __future__ import annotations
 
-from ..state import load_state  # isort: skip  # the core's, for adapters reading a state the SDK kept
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .._moved import forwarder as moved
+    from ..state import load_state
+    from .batch import ANY, Batch, Decided
+    from .beside import Beside
+    from .calls import hints, tool_call
+    from .clock import Clock, Stopwatch, monotonic
+    from .core import (
+        COMMON,
+        Fail,
+        FailureCheck,
+        GuardCore,
+        GuardStopped,
+        OnStop,
+        Request,
+        common,
+        current_request,
+        request,
+    )
+    from .setup import check_budgets, check_feeds, check_tool_names, policy_from
+    from .states import ParsedStates, Slot, load
+    from .usage import CostOf, TokenPrices, usage_tokens
+
+_HOMES: dict[str, tuple[str, str]] = {
+    "ANY": ("repeat_hooks.kit.batch", "ANY"),
+    "Batch": ("repeat_hooks.kit.batch", "Batch"),
+    "Beside": ("repeat_hooks.kit.beside", "Beside"),
+    "COMMON": ("repeat_hooks.kit.core", "COMMON"),
+    "Clock": ("repeat_hooks.kit.clock", "Clock"),
+    "CostOf": ("repeat_hooks.kit.usage", "CostOf"),
+    "Decided": ("repeat_hooks.kit.batch", "Decided"),
+    "Fail": ("repeat_hooks.kit.core", "Fail"),
+    "FailureCheck": ("repeat_hooks.kit.core", "FailureCheck"),
+    "GuardCore": ("repeat_hooks.kit.core", "GuardCore"),
+    "GuardStopped": ("repeat_hooks.kit.core", "GuardStopped"),
+    "OnStop": ("repeat_hooks.kit.core", "OnStop"),
+    "ParsedStates": ("repeat_hooks.kit.states", "ParsedStates"),
+    "Request": ("repeat_hooks.kit.core", "Request"),
+    "Slot": ("repeat_hooks.kit.states", "Slot"),
+    "Stopwatch": ("repeat_hooks.kit.clock", "Stopwatch"),
+    "TokenPrices": ("repeat_hooks.kit.usage", "TokenPrices"),
+    "check_budgets": ("repeat_hooks.kit.setup", "check_budgets"),
+    "check_feeds": ("repeat_hooks.kit.setup", "check_feeds"),
+    "check_tool_names": ("repeat_hooks.kit.setup", "check_tool_names"),
+    "common": ("repeat_hooks.kit.core", "common"),
+    "current_request": ("repeat_hooks.kit.core", "current_request"),
+    "hints": ("repeat_hooks.kit.calls", "hints"),
+    "load": ("repeat_hooks.kit.states", "load"),
+    "monotonic": ("repeat_hooks.kit.clock", "monotonic"),
+    "policy_from": ("repeat_hooks.kit.setup", "policy_from"),
+    "request": ("repeat_hooks.kit.core", "request"),
+    "tool_call": ("repeat_hooks.kit.calls", "tool_call"),
+    "usage_tokens": ("repeat_hooks.kit.usage", "usage_tokens"),
+    "load_state": ("repeat_hooks.state", "load_state"),
+    "moved": ("repeat_hooks._moved", "forwarder"),
+}
+"""Where each name lives: the kit loads a module when one of its names is first asked for, so ``import repeat_hooks``
+(which takes ``TokenPrices`` from ``usage``) loads nothing else of the kit."""
 
 __all__ = [
     "ANY",
+    "COMMON",
     "Batch",
+    "Beside",
     "Clock",
     "CostOf",
     "Decided",
@@ -43,13 +101,24 @@ __all__ = [
     "check_budgets",
     "check_feeds",
     "check_tool_names",
+    "common",
     "current_request",
     "hints",
     "load",
     "load_state",
     "monotonic",
+    "moved",
     "policy_from",
     "request",
     "tool_call",
     "usage_tokens",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'repeat_hooks.kit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home[0]), home[1])
+    globals()[name] = value
+    return value

@@ -76,11 +76,18 @@ class Batch:
         self.calls.append(entry)
         return entry
 
+    def find(self, name: str, call_id: str | None, arguments: Any = ANY, *, given: object = None) -> Decided | None:
+        """The decided call an SDK's hook is about, taken or not (for a hook that only reads its decision)."""
+        return self._find(name, call_id, arguments, given, lambda entry: True)
+
     def claim(self, name: str, call_id: str | None, arguments: Any = ANY, *, given: object = None) -> Decided | None:
-        """The decision of the call a pre-tool hook fires for, taken once; ``None`` if the batch does not hold it."""
+        """The decision of the call a pre-tool hook fires for, taken once; ``None`` if the batch does not hold it.
+        ``given`` (the SDK's object the hook fires with) becomes the entry's, so its post-tool hook finds it by it."""
         entry = self._find(name, call_id, arguments, given, lambda entry: not entry.claimed)
         if entry is not None:
             entry.claimed = True
+            if given is not None:
+                entry.given = given
         return entry
 
     def settle(

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from .. import observe
+from ..call import as_text
 from ..decision import Refusal, RefusalKind, Stop, StopReason
 from ..errors import GuardSetupError
 from ..messages import STORE_DOWN_REFUSAL, STORE_DOWN_STOP
@@ -48,6 +49,15 @@ Fail = Literal["open", "closed"]
 (the error logged), ``"closed"`` refuses the call or ends the turn."""
 FailureCheck = Callable[[Any], bool]
 """Says whether a call failed (``True``) from what the model reads of its result, beyond the SDK's own error."""
+COMMON = ("policy", "store", "cost", "clock", "is_failure", "check_tools", "on_stop", "fail")
+"""The keywords every adapter's guard takes, with the same values everywhere."""
+
+
+def common(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The common keywords but ``policy`` out of a guard's parameters, as ``GuardCore`` takes them:
+    ``GuardCore(policy, settings, owner=..., **common(locals()))`` at the top of the guard's ``__init__``."""
+    return {name: given[name] for name in COMMON[1:]}
+
 
 logger = logging.getLogger("repeat_hooks")
 
@@ -65,6 +75,18 @@ class GuardStopped(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.stop, *self.args[1:])
+
+    @staticmethod
+    def of(error: BaseException | None) -> Stop | None:
+        """The stop of the ``GuardStopped`` that ``error`` is, or was raised from (an SDK that wraps what a hook
+        raises chains it: ``__cause__``, ``__context__``); ``None`` if the guard raised none of it."""
+        seen: set[int] = set()
+        while error is not None and id(error) not in seen:
+            if isinstance(error, GuardStopped):
+                return error.stop
+            seen.add(id(error))
+            error = error.__cause__ or error.__context__
+        return None
 
 
 @dataclass(frozen=True)
@@ -102,7 +124,10 @@ class GuardCore:
 
     ``owner`` names the adapter's guard in every message; ``feeds``: the figures the adapter always feeds
     (``Feed.OUTCOMES``, ``Feed.MODEL_CALLS``), with ``Feed.COST`` added for a ``cost`` and ``Feed.SECONDS`` for a
-    ``clock``; ``why``: for a figure the SDK cannot feed, the SDK fact why (a ``clock`` given anyway raises);
+    ``clock``; ``why``: for a figure the SDK cannot feed, the SDK fact why (its guard's ``clock`` defaults to
+    ``None``, and one given anyway raises); ``how``: the spelling that feeds a figure, where it is not the guard's
+    keyword (a class variable, or the SDK's own budget besides);
+    ``keywords``: the guard's keywords beyond ``COMMON``, suggested for a misspelt one (``stor`` -> ``store=``);
     ``error``: the adapter's ``GuardSetupError`` subclass, if its SDK must see one of its own. Every mistake raises
     at construction with the right spelling.
     """
@@ -122,20 +147,21 @@ class GuardCore:
         fail: Fail = "open",
         feeds: Iterable[Feed] = (Feed.OUTCOMES, Feed.MODEL_CALLS),
         why: Mapping[Feed, str] | None = None,
+        how: Mapping[Feed, str] | None = None,
         spelling: str | None = None,
+        keywords: Iterable[str] = (),
         error: type[GuardSetupError] = GuardSetupError,
     ) -> None:
         self.owner = owner
         self.error = error
         try:
-            self.policy: Policy = policy_from(policy, settings, owner=owner, spelling=spelling)
+            known = (*COMMON, *keywords)
+            self.policy: Policy = policy_from(policy, settings, owner=owner, spelling=spelling, keywords=known)
         except GuardSetupError as mistake:
             raise error(str(mistake)) from None
-        if Feed.SECONDS in (why or {}) and clock not in (None, monotonic):
+        if Feed.SECONDS in (why or {}) and clock is not None:  # the adapter's default is then None
             raise error(f"{owner} cannot time model calls ({(why or {})[Feed.SECONDS]}): leave clock= unset")
-        if Feed.SECONDS in (why or {}):
-            clock = None
-        check_budgets(self.policy, owner=owner, cost=cost, clock=clock, feeds=feeds, why=why, error=error)
+        check_budgets(self.policy, owner=owner, cost=cost, clock=clock, feeds=feeds, why=why, how=how, error=error)
         _check_choice(owner, "on_stop", on_stop, ("reply", "raise"))
         _check_choice(owner, "fail", fail, ("open", "closed"))
         if is_failure is not None and not callable(is_failure):
@@ -143,6 +169,8 @@ class GuardCore:
                 f"{owner}(is_failure=...) takes a function of what the model reads of a result, returning True for a "
                 f"failed call; got {type(is_failure).__name__}"
             )
+        if isinstance(store, type):
+            raise TypeError(f"{owner}(store=...) takes a store, not the class: {owner}(store={store.__name__}(...))")
         if store is not None and not isinstance(store, StateStore):
             raise TypeError(
                 f"{owner}(store=...) takes a repeat_hooks StateStore (MemoryStore, SQLiteStore, RedisStore), "
@@ -198,8 +226,8 @@ class GuardCore:
     def scope(
         self, conversation_id: object = None, agent_name: object = None
     ) -> contextlib.AbstractContextManager[Any]:
-        """``observe.scope(...)`` naming the conversation and the agent a hook call serves (each kept only if a
-        non-empty ``str``), for the observers and the log lines; nothing at all when nobody observes."""
+        """``observe.scope(...)`` naming the conversation and the agent a hook call serves (as text; ``None`` or
+        ``""`` names none), for the observers and the log lines; nothing at all when nobody observes."""
         if not observe.OBSERVERS:
             return contextlib.nullcontext()
         return observe.scope(conversation_id=_text(conversation_id), agent_name=_text(agent_name))
@@ -211,8 +239,8 @@ class GuardCore:
     # -- where the state lives ------------------------------------------------------------------------------
 
     def conversation_id(self, default: object = None) -> str | None:
-        """The conversation the caller named (``request(conversation_id=...)``), else ``default`` as text (a
-        non-empty ``str``), else ``None``."""
+        """The conversation the caller named (``request(conversation_id=...)``), else ``default`` as text, else
+        ``None`` (for ``None`` or ``""``)."""
         return current_request().conversation_id or _text(default)
 
     def turn_id(self, default: object = None) -> str | None:
@@ -374,4 +402,7 @@ def _check_choice(owner: str, name: str, value: object, choices: tuple[str, ...]
 
 
 def _text(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
+    """An id as text (``42`` is ``"42"``, as the guard keeps every id: ``call.as_text``); ``None`` or ``""``: none."""
+    if value is None or value == "":
+        return None
+    return value if type(value) is str and value.isascii() and len(value) <= 1000 else as_text(value)

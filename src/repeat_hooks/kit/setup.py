@@ -18,15 +18,21 @@ _NAMED_TOOLS = ("limits", "exempt", "read_only", "destructive")
 
 
 def policy_from(
-    policy: Any = None, settings: Mapping[str, Any] | None = None, *, owner: str, spelling: str | None = None
+    policy: Any = None,
+    settings: Mapping[str, Any] | None = None,
+    *,
+    owner: str,
+    spelling: str | None = None,
+    keywords: Iterable[str] = (),
 ) -> Policy:
     """The ``Policy`` an adapter's guard runs: ``policy`` itself, ``Policy(**settings)``, or the default.
 
     ``owner`` names the adapter's class in the messages (``"RepeatGuardPlugin"``); ``spelling`` is the right
     call to show, where it is not ``owner(Policy(...))`` (``"guard_agent(agent, Policy(...))"``). Raises
     ``TypeError`` for a ``StopRepeatedCalls`` (one conversation's guard, not settings), anything else that is not a
-    ``Policy``, both a policy and settings, or a setting ``Policy`` does not have (naming the closest one);
-    invalid values raise pydantic's ``ValidationError`` naming the field.
+    ``Policy``, both a policy and settings, or a setting ``Policy`` does not have (naming the closest one, or the
+    closest of the guard's own ``keywords``: ``stor`` -> ``store=``); invalid values raise pydantic's
+    ``ValidationError`` naming the field.
     """
     settings = dict(settings or {})
     right = spelling or f"{owner}(Policy(...))"
@@ -49,6 +55,9 @@ def policy_from(
         return policy
     for name in settings:
         if name not in Policy.model_fields:
+            keyword = difflib.get_close_matches(name, list(keywords), n=1, cutoff=0.5)
+            if keyword and not difflib.get_close_matches(name, _SETTINGS, n=1, cutoff=0.8):
+                raise TypeError(f"{owner} got an unexpected keyword {name!r}: did you mean {keyword[0]}=...?")
             close = difflib.get_close_matches(name, _SETTINGS, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise TypeError(
@@ -96,12 +105,14 @@ def check_budgets(
     clock: object | None,
     feeds: Iterable[Feed] = (Feed.OUTCOMES, Feed.MODEL_CALLS),
     why: Mapping[Feed, str] | None = None,
+    how: Mapping[Feed, str] | None = None,
     error: type[GuardSetupError] = GuardSetupError,
 ) -> None:
     """``check_feeds`` for the usual adapter, whose guard takes ``cost=`` and ``clock=``: ``feeds`` is what it
     always feeds; a ``cost`` feeds ``max_cost_usd`` and a ``clock`` feeds ``max_model_seconds``, and the
-    message for a missing one names that keyword (``owner(..., cost=TokenPrices(...))``). A ``cost`` that is
-    not callable, or a ``clock`` that is not, raises ``TypeError`` with the right spelling."""
+    message for a missing one names that keyword (``owner(..., cost=TokenPrices(...))``; ``how`` spells it
+    otherwise, per figure). A ``cost`` that is not callable, or a ``clock`` that is not, raises ``TypeError`` with
+    the right spelling."""
     if cost is not None and not callable(cost):
         raise TypeError(
             f"{owner}(cost=...) takes a CostOf, a function of one response's usage, such as "
@@ -117,10 +128,11 @@ def check_budgets(
         can.add(Feed.COST)
     if clock is not None:
         can.add(Feed.SECONDS)
-    how = {
+    default_how = {
         Feed.COST: f"{owner}(..., cost=TokenPrices(input_usd_per_million, output_usd_per_million))",
         Feed.SECONDS: f"{owner}(..., clock=repeat_hooks.kit.monotonic) (the default)",
     }
+    how = {**default_how, **(how or {})}
     how = {feed: fix for feed, fix in how.items() if feed not in (why or {})}  # a figure this SDK never feeds
     check_feeds(policy, can=can, owner=owner, how=how, why=why, error=error)
 

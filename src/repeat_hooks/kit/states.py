@@ -9,6 +9,7 @@ observers), with the same outage policy.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Protocol
 
 from ..errors import StateCorrupt
@@ -48,10 +49,12 @@ class ParsedStates:
     def __init__(self, size: int = 1024) -> None:
         self.size = size
         self._entries: dict[int, tuple[object, object, GuardState]] = {}
+        self._lock = threading.Lock()  # one guard may serve agents in several threads
 
     def take(self, raw: object, *, where: str, version: object = None) -> GuardState:
         """The state ``raw`` holds, for the caller to change and then ``keep`` once written."""
-        entry = self._entries.pop(id(raw), None)
+        with self._lock:
+            entry = self._entries.pop(id(raw), None)
         if entry is not None and entry[0] is raw and entry[1] == version:
             return entry[2]
         return load(raw, where=where)
@@ -66,14 +69,16 @@ class ParsedStates:
     def keep(self, raw: object, state: GuardState, *, version: object = None) -> None:
         """``raw`` (just written, or read and left unchanged) is ``state``."""
         entries = self._entries
-        entries.pop(id(raw), None)
-        if len(entries) >= self.size:
-            del entries[next(iter(entries))]
-        entries[id(raw)] = (raw, version, state)
+        with self._lock:
+            entries.pop(id(raw), None)
+            if len(entries) >= self.size:
+                del entries[next(iter(entries))]
+            entries[id(raw)] = (raw, version, state)
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def forget(self, raw: Any) -> None:
         """Drop what is kept for ``raw``."""
-        self._entries.pop(id(raw), None)
+        with self._lock:
+            self._entries.pop(id(raw), None)

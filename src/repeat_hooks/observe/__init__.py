@@ -40,6 +40,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Concatenate, ParamSpec, TypeVar
 
+from ..call import as_text
 from ..observation import (
     ModelCallDecided,
     ModelCallRecorded,
@@ -183,11 +184,15 @@ def current_scope() -> Scope:
 def scope(*, conversation_id: str | None = None, agent_name: str | None = None) -> Iterator[Scope]:
     """Within the block, observations belong to this conversation and agent (adapters wrap their hook calls).
 
-    A field left ``None`` keeps the enclosing scope's value."""
+    A field left ``None`` keeps the enclosing scope's value. Both are kept as text, as the guard keeps tool
+    names and turn ids (``call.as_text``): an SDK's id that is an int or a UUID is its ``str`` (``42`` is
+    ``"42"``, the same conversation), a lone surrogate is escaped, an id past 1,000 characters is shortened
+    to a distinct one. So whatever an adapter passes, the recording, the log line and the span name it as
+    text the reader takes (never refused: a scope is entered in the hook call, and must not fail it)."""
     outer = current_scope()
     inner = Scope(
-        conversation_id=conversation_id if conversation_id is not None else outer.conversation_id,
-        agent_name=agent_name if agent_name is not None else outer.agent_name,
+        conversation_id=as_text(conversation_id) if conversation_id is not None else outer.conversation_id,
+        agent_name=as_text(agent_name) if agent_name is not None else outer.agent_name,
     )
     token = _SCOPE.set(inner)
     try:

@@ -20,6 +20,7 @@ is read too, and decided on exactly as the full trajectories it was made from.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import io
 import json
@@ -33,12 +34,17 @@ from typing import IO, Any
 from pydantic import ValidationError
 
 from ..policy import Policy
-from .reading import is_digest_line, read_digest_lines, read_folder
+from . import reading
+from .reading import (
+    MAX_LINE_CHARS,  # noqa: F401 - 0.2's name here; the readers read ``reading.MAX_LINE_CHARS``
+    capped_lines,
+    is_digest_line,
+    read_digest_lines,
+    read_folder,
+)
 from .recording import DigestRecorder
-from .replay import ROWS, NotReplayable, RecordedCall, Tally, Trajectory, replay_one
+from .replay import ROWS, NotReplayable, RecordedCall, Tally, Trajectory, printable, replay_one
 
-MAX_LINE_CHARS = 64 * 1024 * 1024
-"""A JSON Lines line longer than this is reported and skipped (read in chunks: memory stays bounded)."""
 MAX_DOCUMENT_CHARS = 256 * 1024 * 1024
 """A file that is one JSON document (not JSON Lines) may be at most this long."""
 PROGRESS_BYTES = 4 * 1024 * 1024
@@ -54,7 +60,11 @@ class MalformedRecord(ValueError):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``repeat-hooks`` console script; returns the exit status. Output cut short by its reader (``| head``)
-    ends it quietly, with status 0."""
+    ends it quietly, with status 0. Every line it prints is ``say``'s: names from the files read cannot act on
+    the terminal, and a character the terminal's encoding lacks is written as its escape, never an error."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     try:
         return _main(argv)
     except BrokenPipeError:
@@ -65,6 +75,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 class UsageError(Exception):
     """A command-line value that cannot be used: its one-line reason is printed, the status is 2."""
+
+
+def say(text: str = "", *, file: IO[str] | None = None) -> None:
+    """Print ``text`` (to stdout, or ``file``), each of its lines ``replay.printable``: a tool name or a
+    trajectory id holding a terminal escape sequence, a bidi mark or a lone surrogate is shown escaped, never
+    acted on nor a crash. Every line the console script prints goes through it."""
+    print("\n".join(printable(line) for line in text.split("\n")), file=sys.stdout if file is None else file)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -101,11 +118,11 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.html is not None:
             check_writable(args.html, "--html")
     except UsageError as error:
-        print(f"repeat-hooks {args.command}: {error}", file=sys.stderr)
+        say(f"repeat-hooks {args.command}: {error}", file=sys.stderr)
         return 2
     for label, policy in zip(args.policy, policies, strict=False):
         if policy.max_model_seconds is not None or policy.max_cost_usd is not None:
-            print(
+            say(
                 f"repeat-hooks: {label}: a corpus records no model seconds nor cost, so max_model_seconds and "
                 "max_cost_usd never trip in a replay (max_model_calls does: one model call per response)",
                 file=sys.stderr,
@@ -121,21 +138,21 @@ def _main(argv: Sequence[str] | None) -> int:
         except MalformedRecordsSeen as seen:
             errors += seen.count
         except (OSError, NotReplayable) as error:
-            print(f"repeat-hooks: {path}: {error}", file=sys.stderr)
+            say(f"repeat-hooks: {path}: {error}", file=sys.stderr)
             return 2
     unwritten = args.html is not None and not write_html(args.html, labels, tallies, args.files)
     if args.json:
-        print(
+        say(
             json.dumps(
                 [{"policy": label, **tally.as_dict()} for label, tally in zip(labels, tallies, strict=True)], indent=2
             )
         )
     else:
-        print(table(labels, tallies))
+        say(table(labels, tallies))
         if args.examples:
             for label, tally in zip(labels, tallies, strict=True):
                 for example in tally.examples:
-                    print(f"harmful ({label}): {example}")
+                    say(f"harmful ({label}): {example}")
     return 2 if unwritten else 1 if errors else 0
 
 
@@ -147,7 +164,7 @@ def write_html(path: Path, labels: Sequence[str], tallies: Sequence[Tally], file
     try:
         path.write_text(render_html(labels, tallies, [file.name for file in files]), encoding="utf-8")
     except OSError as error:
-        print(f"repeat-hooks: --html {path}: {error}", file=sys.stderr)
+        say(f"repeat-hooks: --html {path}: {error}", file=sys.stderr)
         return False
     return True
 
@@ -219,10 +236,10 @@ def record(files: Sequence[Path], out: Path, key: bytes, *, append: bool = False
         out.mkdir(parents=True, exist_ok=True)
         recorder = DigestRecorder(out, max_bytes=None, digest_key=key or None)
     except UsageError as error:
-        print(f"repeat-hooks record: {error}", file=sys.stderr)
+        say(f"repeat-hooks record: {error}", file=sys.stderr)
         return 2
     except OSError as error:
-        print(f"repeat-hooks record: --out {out}: {error.strerror or error}", file=sys.stderr)
+        say(f"repeat-hooks record: --out {out}: {error.strerror or error}", file=sys.stderr)
         return 2
     errors = written = 0
     try:
@@ -234,14 +251,14 @@ def record(files: Sequence[Path], out: Path, key: bytes, *, append: bool = False
             except MalformedRecordsSeen as seen:
                 errors += seen.count
             except OSError as error:
-                print(f"repeat-hooks record: {path}: {error.strerror or error}", file=sys.stderr)
+                say(f"repeat-hooks record: {path}: {error.strerror or error}", file=sys.stderr)
                 return 2
     finally:
         recorder.close()
     if not written:
-        print("repeat-hooks record: no conversations in the files given; nothing written", file=sys.stderr)
+        say("repeat-hooks record: no conversations in the files given; nothing written", file=sys.stderr)
         return 1
-    print(f"{written} conversations written to {recorder.path}")
+    say(f"{written} conversations written to {recorder.path}")
     return 1 if errors else 0
 
 
@@ -269,16 +286,16 @@ def tune_files(files: Sequence[Path], base: Policy | None = None, key: bytes = b
         except MalformedRecordsSeen as seen:
             errors += seen.count
         except OSError as error:
-            print(f"repeat-hooks: {path}: {error}", file=sys.stderr)
+            say(f"repeat-hooks: {path}: {error}", file=sys.stderr)
             return 2
     try:
         proposal = tune(trajectories, base)
     except NotReplayable as error:
-        print(f"repeat-hooks tune: {error}", file=sys.stderr)
+        say(f"repeat-hooks tune: {error}", file=sys.stderr)
         return 2
-    print(report(proposal))
-    print()
-    print(table(["default", "proposed"], [proposal.default, proposal.proposed]))
+    say(report(proposal))
+    say()
+    say(table(["default", "proposed"], [proposal.default, proposal.proposed]))
     return 1 if errors else 0
 
 
@@ -300,6 +317,7 @@ def table(labels: Sequence[str], tallies: Sequence[Tally]) -> str:
 
 
 def _label(label: str) -> str:
+    label = printable(label)
     return label if len(label) <= 40 else label[:37] + "..."
 
 
@@ -331,17 +349,17 @@ def read_trajectories(path: Path, key: bytes = b"") -> Iterator[Trajectory]:
     with path.open("rb") as raw:
         text = _open_text(raw)
         try:
-            first = text.readline(MAX_LINE_CHARS + 1)
+            first = text.readline(reading.MAX_LINE_CHARS + 1)
             blank = bool(first)
             while first and not first.strip():
-                first = text.readline(MAX_LINE_CHARS + 1)
+                first = text.readline(reading.MAX_LINE_CHARS + 1)
             if not first:
                 what = "only blank lines" if blank else "an empty file"
-                print(f"repeat-hooks: {path}: no records ({what})", file=sys.stderr)
+                say(f"repeat-hooks: {path}: no records ({what})", file=sys.stderr)
                 return
             try:
                 digests = is_digest_line(json.loads(first))
-                lines: Iterator[str | None] | None = _chain(first, text)
+                lines: Iterator[str | None] | None = capped_lines(text, first)
             except (ValueError, RecursionError):
                 digests, lines = False, None
             if digests and lines is not None:
@@ -366,7 +384,7 @@ class _Seen:
 
     def report(self, problem: str) -> None:
         self.bad += 1
-        print(f"repeat-hooks: {self.path}: {problem}", file=sys.stderr)
+        say(f"repeat-hooks: {self.path}: {problem}", file=sys.stderr)
 
 
 def _document(first: str, text: IO[str], seen: _Seen, raw: IO[bytes]) -> Iterator[Trajectory]:
@@ -405,7 +423,7 @@ def _json_lines(lines: Iterator[str | None], raw: IO[bytes], seen: _Seen) -> Ite
     for number, line in enumerate(lines, start=1):
         seen.line = number
         if line is None:
-            seen.report(f"line {number}: over {MAX_LINE_CHARS} characters")
+            seen.report(f"line {number}: over {reading.MAX_LINE_CHARS} characters")
             continue
         if not line.strip():
             continue
@@ -417,9 +435,9 @@ def _json_lines(lines: Iterator[str | None], raw: IO[bytes], seen: _Seen) -> Ite
         except (ValueError, MalformedRecord) as error:
             seen.report(f"line {number}: {error}")
         if show and number % 50 == 0:
-            print(f"\r{seen.path.name}: {100 * raw.tell() // max(size, 1):3d}%", end="", file=sys.stderr)
+            print(f"\r{printable(seen.path.name)}: {100 * raw.tell() // max(size, 1):3d}%", end="", file=sys.stderr)
     if show:
-        print(f"\r{seen.path.name}: 100%", file=sys.stderr)
+        print(f"\r{printable(seen.path.name)}: 100%", file=sys.stderr)
 
 
 def _digest_lines(lines: Iterator[str | None], seen: _Seen) -> Iterator[str]:
@@ -427,23 +445,9 @@ def _digest_lines(lines: Iterator[str | None], seen: _Seen) -> Iterator[str]:
     for number, line in enumerate(lines, start=1):
         seen.line = number
         if line is None:
-            seen.report(f"line {number}: over {MAX_LINE_CHARS} characters")
+            seen.report(f"line {number}: over {reading.MAX_LINE_CHARS} characters")
         else:
             yield line
-
-
-def _chain(first: str, text: IO[str]) -> Iterator[str | None]:
-    """The lines of ``text`` after ``first``, each at most ``MAX_LINE_CHARS`` long; ``None`` for a longer one
-    (skipped in chunks, so memory stays bounded)."""
-    line = first
-    while line:
-        if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
-            while line and not line.endswith("\n"):
-                line = text.readline(MAX_LINE_CHARS)
-            yield None
-        else:
-            yield line
-        line = text.readline(MAX_LINE_CHARS + 1)
 
 
 def _records(document: Any) -> list[Any]:

@@ -1,15 +1,21 @@
 """Reading digest recordings back: the folder a ``DigestRecorder`` writes, as trajectories to replay and tune.
 
 ``read_folder`` reads each writer's files (its rotated ones first, logrotate's ``.gz`` too) and yields one
-``DigestTrajectory`` per conversation and agent; ``as_digests`` turns a full trajectory into the one its live
-recording would read back (``tune`` analyses every input in this form). See ``recording`` for the format, and
-for what a digest recording replays exactly.
+``DigestTrajectory`` per conversation and agent; every line is checked against the format first
+(``check_line``: a malformed one is named and skipped, the rest read), and no line over ``MAX_LINE_CHARS`` is
+held; ``as_digests`` turns a full trajectory into the one its live recording would read back (``tune``
+analyses every input in this form). See ``recording`` for the format, and for what a digest recording replays
+exactly.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
+import os
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,14 +30,20 @@ from .recording import (
     OPAQUE,
     VERSION,
     Conversation,
+    ForeignFile,
     Line,
     field_digest,
     is_schema_name,
     key_check,
     line_bytes,
+    open_own,
     trajectory_lines,
 )
 from .replay import UNRECORDED, NotReplayable, RecordedCall, Trajectory
+
+MAX_LINE_CHARS = 64 * 1024 * 1024
+"""A line longer than this is reported and skipped, read in chunks so that memory stays bounded: by every
+reader alike (a file named on the command line, and each file of a recorder's folder, its ``.gz`` too)."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,75 @@ def _result(outcome: Any) -> Any:
     return _fed(outcome)
 
 
+def _is_digest(value: Any) -> bool:
+    return type(value) is str and len(value) == 16 and DIGEST_PATTERN.fullmatch(value) is not None
+
+
+def _is_part(part: Any) -> bool:
+    """Whether ``part`` is an outcome part as the recorder writes one: ``"?"``, a digest, or ``[masked,
+    unmasked]``."""
+    if type(part) is list:
+        return len(part) == 2 and _is_digest(part[0]) and _is_digest(part[1])
+    return part == "?" or _is_digest(part)
+
+
+def _is_outcome(outcome: Any) -> bool:
+    return _is_part(outcome) or (type(outcome) is dict and all(_is_part(part) for part in outcome.values()))
+
+
+def _is_arguments(arguments: Any) -> bool:
+    return _is_digest(arguments) or (type(arguments) is dict and all(_is_digest(d) for d in arguments.values()))
+
+
+def _is_names(names: Any) -> bool:
+    return type(names) is list and all(name == "*" or _is_digest(name) for name in names)
+
+
+_FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("t", lambda value: type(value) is int, "a turn number"),
+    ("m", lambda value: type(value) is int, "a response number"),
+    ("r", lambda value: type(value) is int, "a response number"),
+    ("i", lambda value: type(value) is int, "an order number"),
+    ("n", lambda value: type(value) is str, "the tool's name (text)"),
+    ("a", _is_arguments, "the arguments' digests"),
+    ("ok", lambda value: type(value) is bool, "true or false"),
+    ("o", _is_outcome, "an outcome's digests"),
+    ("ro", lambda value: type(value) is bool, "true or false"),
+    ("x", lambda value: type(value) is str, "the rule's name (text)"),
+    ("k", lambda value: type(value) is str, "the key's fingerprint (text)"),
+    ("da", _is_names, "a list of digests"),
+    ("dr", _is_names, "a list of digests"),
+)
+"""Each field a line may hold (but ``rh``, ``c``, ``g`` and ``success``, checked first), the shape the recorder
+writes it in, and the words that say so."""
+
+
+def check_line(value: Any) -> dict[str, Any]:
+    """``value`` (a parsed line) if it is a digest recording line each of whose fields has the shape the
+    recorder writes; else ``ValueError`` naming the first field that has not (the line is then reported and
+    skipped, whole: a number that is ``Infinity``, an outcome that is ``5``, never reach the replay)."""
+    if not is_digest_line(value):
+        raise ValueError('not a digest recording line (no "rh": 1)')
+    line: dict[str, Any] = value
+    ident, agent = line.get("c"), line.get("g")
+    if type(ident) is not str or not (agent is None or type(agent) is str):
+        raise ValueError("'c' must be the conversation's id (text), 'g' its agent's name")
+    if "success" in line:
+        if type(line["success"]) is not bool:
+            raise ValueError("'success' must be true or false")
+        return line
+    if "n" in line and (type(line["n"]) is not str or type(line.get("i")) is not int):
+        raise ValueError("a call needs 'n' (its tool's name) and an order 'i'")
+    if "t" not in line:
+        raise ValueError("'t' must be a turn number")
+    if "o" in line and "i" not in line:
+        raise ValueError("an outcome needs 'i', the order of its call")
+    for name, valid, words in _FIELDS:
+        if name in line and not valid(line[name]):
+            raise ValueError(f"'{name}' must be {words}")
+    return line
+
+
 class _Conversation:
     """The lines of one conversation (one agent's part of it) read so far."""
 
@@ -123,19 +204,16 @@ class _Conversation:
         self.key_check: str | None = None
 
     def add(self, line: dict[str, Any]) -> None:
+        """Add a line ``check_line`` passed."""
         turn = line["t"]
-        if not isinstance(turn, int):
-            raise ValueError("'t' must be a turn number")
         responses = self.turns.setdefault(turn, {})
         if "m" in line:
-            responses.setdefault(int(line["m"]), [])
+            responses.setdefault(line["m"], [])
             self.bounded.add(turn)
         elif "n" in line:
-            if not isinstance(line["n"], str) or not isinstance(line.get("i", 0), int):
-                raise ValueError("a call needs 'n' (its tool's name) and an order 'i'")
-            responses.setdefault(int(line.get("r", 0)), []).append(line)
+            responses.setdefault(line.get("r", 0), []).append(line)
             self.deep_arguments.update(line.get("da", ()))
-        elif isinstance(line.get("k"), str):
+        elif "k" in line:
             self.key_check = line["k"]
 
     def trajectory(self, ident: str, key: bytes, names: Mapping[str, str]) -> DigestTrajectory:
@@ -185,7 +263,7 @@ def _text_or_none(value: Any) -> str | None:
 
 
 def _order(line: dict[str, Any]) -> int:
-    order: int = line.get("i", 0)
+    order: int = line["i"]
     return order
 
 
@@ -210,26 +288,26 @@ class DigestReader:
         """The lines read next are another writer's (its orders start afresh)."""
         self._waiting = {}
 
-    def read(self, lines: Iterable[str], report: Callable[[str], None], where: str = "line") -> None:
+    def read(self, lines: Iterable[str | None], report: Callable[[str], None], where: str = "line") -> None:
         """Read some of the current writer's lines, in order; ``report`` is told of each malformed line
-        (``where`` and its number, and what is wrong), the rest is still read."""
+        (``where`` and its number, and what is wrong), the rest is still read. A line given as ``None`` was
+        longer than ``MAX_LINE_CHARS`` (``capped_lines``): reported too."""
         for number, text in enumerate(lines, start=1):
+            if text is None:
+                report(f"{where} {number}: over {MAX_LINE_CHARS} characters")
+                continue
             if not text.strip():
                 continue
             try:
-                self._line(json.loads(text), self._waiting)
-            except (ValueError, KeyError, TypeError, RecursionError) as error:
+                self._line(check_line(json.loads(text)), self._waiting)
+            except (ValueError, RecursionError) as error:  # what json.loads and check_line raise
                 report(f"{where} {number}: {error}")
+            except (KeyError, TypeError, ArithmeticError) as error:  # pragma: no cover - check_line admits none
+                report(f"{where} {number}: {type(error).__name__}: {error}")
 
-    def _line(self, value: Any, waiting: dict[int, tuple[Conversation, dict[str, Any]]]) -> None:
-        if not is_digest_line(value):
-            raise ValueError('not a digest recording line (no "rh": 1)')
+    def _line(self, value: dict[str, Any], waiting: dict[int, tuple[Conversation, dict[str, Any]]]) -> None:
         ident, agent = value["c"], value.get("g")
-        if not isinstance(ident, str) or not (agent is None or isinstance(agent, str)):
-            raise ValueError("'c' must be the conversation's id (text), 'g' its agent's name")
         if "success" in value:
-            if not isinstance(value["success"], bool):
-                raise ValueError("'success' must be true or false")
             self._labels[ident] = value["success"]
             return
         conversation = (ident, agent)
@@ -270,7 +348,7 @@ def recording_files(folder: Path) -> list[list[Path]]:
     sets: dict[str, list[tuple[int, Path]]] = {}
     for path in folder.iterdir():
         found = FILE_PATTERN.fullmatch(path.name)
-        if found is not None and path.is_file():
+        if found is not None and not path.is_dir():  # a link or a special file too: the reader names it
             sets.setdefault(found[1], []).append((-int(found[3] or 0), path))
     return [[path for _, path in sorted(files)] for _, files in sorted(sets.items(), key=_writer)]
 
@@ -282,7 +360,10 @@ def _writer(item: tuple[str, list[tuple[int, Path]]]) -> int:
 
 def read_folder(folder: Path, report: Callable[[str], None], key: bytes = b"") -> Iterator[DigestTrajectory]:
     """The conversations of a recorder's folder: each writer's files read as one stream, then the
-    conversations they hold together. A malformed line is reported with its file and its line number."""
+    conversations they hold together. A malformed line is reported with its file and its line number, a line
+    over ``MAX_LINE_CHARS`` skipped in chunks (a small ``.gz`` may hold a huge line), and a file that is a
+    symbolic link or not a regular file is named and not read (a recorder never writes one; following it
+    reads whatever it points to, a FIFO would wait for a writer forever)."""
     sets = recording_files(folder)
     if not sets:
         report(f"no {FILE_NAME} in this folder")
@@ -293,17 +374,36 @@ def read_folder(folder: Path, report: Callable[[str], None], key: bytes = b"") -
         for path in files:
             try:
                 with _open_text(path) as file:
-                    reader.read(file, report, f"{path.name}: line")
-            except (OSError, EOFError) as error:
+                    reader.read(capped_lines(file), report, f"{path.name}: line")
+            except ForeignFile as error:
+                report(f"{path.name}: {error.what}, not read")
+            except (OSError, EOFError, zlib.error) as error:
                 report(f"{path.name}: unreadable ({error})")
     yield from reader.trajectories()
 
 
-def _open_text(path: Path) -> IO[str]:
-    """A recording file's text: logrotate's ``.gz`` files decompressed."""
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-    return path.open(encoding="utf-8", errors="replace")
+@contextlib.contextmanager
+def _open_text(path: Path) -> Iterator[IO[str]]:
+    """A recording file's text (``open_own``: never through a link), logrotate's ``.gz`` files decompressed."""
+    with os.fdopen(open_own(path, os.O_RDONLY), "rb") as binary:
+        raw: IO[bytes] = gzip.GzipFile(fileobj=binary) if path.suffix == ".gz" else binary  # type: ignore[assignment]
+        with io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as text:
+            yield text
+
+
+def capped_lines(text: IO[str], first: str | None = None) -> Iterator[str | None]:
+    """The lines of ``text`` (after ``first``, when it was read already), each at most ``MAX_LINE_CHARS``
+    long; ``None`` for a longer one, skipped in chunks of that size, so memory stays bounded whatever the
+    file holds (one line of a gigabyte in a 1 MB gzip)."""
+    line = text.readline(MAX_LINE_CHARS + 1) if first is None else first
+    while line:
+        if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+            while line and not line.endswith("\n"):
+                line = text.readline(MAX_LINE_CHARS)
+            yield None
+        else:
+            yield line
+        line = text.readline(MAX_LINE_CHARS + 1)
 
 
 def as_digests(trajectory: Trajectory, key: bytes = b"") -> DigestTrajectory:
@@ -320,8 +420,10 @@ def as_digests(trajectory: Trajectory, key: bytes = b"") -> DigestTrajectory:
             for call in response:
                 for value in (call.arguments, call.result):
                     names.update(_top_names(value, key))
-    (digests,) = reader.trajectories(names)
-    return digests
+    for digests in reader.trajectories(names):
+        return digests
+    # no turn: no line but its label names it (replay reads it so: a trajectory, none of its turns)
+    return DigestTrajectory(trajectory.id, [], trajectory.success, key=key, names=names)
 
 
 def _named(lines: Iterator[Line]) -> Iterator[Line]:

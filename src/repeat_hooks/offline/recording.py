@@ -31,7 +31,10 @@ tool call: about 45-85 µs a tool call on this machine (``bench/recording_overhe
 each rotated to ``.1`` ... ``.<backups>`` past ``max_bytes`` (a line is never split: a file exceeds
 ``max_bytes`` only by holding one line longer than it). Two recorders on one folder in one process are refused
 (``install`` raises). A recorder that finds its file's last line torn (a crash mid-write) starts a new line.
-The reader also reads rotated files compressed by logrotate (``.1.gz``).
+The reader also reads rotated files compressed by logrotate (``.1.gz``). Neither follows a symbolic link, nor
+opens anything but a regular file, in the folder (``open_own``): a recorder finding one (planted, say, to make
+it append to a file elsewhere) takes the next file set, with a warning naming it; the reader names it and reads
+the rest.
 
 **The lines** (JSON Lines, each ``{"rh": 1, "c", "g"?, ...}``): ``{"t", "k"}`` a turn started (``k``: a
 fingerprint of the digest key); ``{"t", "m"}`` model response ``m`` of turn ``t`` was allowed (a turn's last
@@ -94,15 +97,17 @@ taken to be in a parallel batch it may not have been in.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import hashlib
 import json
 import logging
 import os
 import re
+import stat
 import threading
 import warnings
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -110,6 +115,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .. import observe
 from ..call import (
+    as_text,
     canonical_arguments,
     canonical_json,
     digest_secret,
@@ -142,6 +148,16 @@ MAX_CONVERSATIONS = 4096
 """Conversations a recorder remembers (their deep names written, their calls waiting for a result)."""
 MAX_WRITERS = 1024
 """File sets a folder may hold (writers at the same time)."""
+MAX_WAITING_PER_CALL = 256
+"""Decisions of one call (one tool and arguments, in one turn) a recorder keeps waiting for their outcome, the
+oldest taking the next outcome told. Past it the oldest is forgotten: a call of an exempt tool whose outcome is
+never told, decided 200,000 times, holds 256 orders, not 200,000. Should the forgotten one's outcome come after
+all, each outcome of that call told after it lands one decision late (on a line of the same call), and the
+newest decision stays without one."""
+MAX_WAITING = 16_384
+"""Decisions a recorder keeps waiting for their outcome in all (of at most ``MAX_CONVERSATIONS`` calls): past it,
+the calls decided longest ago are forgotten, and their outcomes, if they come, are not written (the replay runs
+those calls without one, as a call whose outcome never came)."""
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _DIGITS = re.compile(r"[0-9]{3}")
@@ -289,7 +305,7 @@ def _call_line(
     ``read_only``)."""
     arguments, deep = digest_arguments(call.arguments, key)
     line = _head(conversation, t=turn, r=response, i=order, n=call.name, a=arguments)
-    if call.read_only is not None:
+    if type(call.read_only) is bool:  # anything else is no hint (as ``ToolCall`` takes it)
         line["ro"] = call.read_only
     if refused is not None:
         line["x"] = str(refused)
@@ -368,7 +384,13 @@ class DigestRecorder:
         self._remove: Callable[[], None] | None = None
         self._order = 0
         self._names: OrderedDict[Conversation, tuple[set[str], set[str]]] = OrderedDict()
-        self._pending: OrderedDict[tuple[Conversation, int, str], list[int]] = OrderedDict()
+        self._pending: OrderedDict[tuple[Conversation, int, str], deque[int]] = OrderedDict()
+        """Per call (``_call_ident``): the orders of its decisions waiting for an outcome, oldest first; the
+        call touched last, last."""
+        self._waiting = 0
+        """The orders waiting in ``_pending``, in all."""
+        self._foreign: set[str] = set()
+        """The paths of the folder found to be links or special files (each warned of once)."""
         self._failing = False
         self._unnamed = False
         self._file: BinaryIO | None = None
@@ -445,9 +467,7 @@ class DigestRecorder:
                 self._order += 1
                 order = self._order
                 if seen.refusal is None:  # its outcome, if told, names this order
-                    self._pending.setdefault(_call_ident(conversation, turn, seen.call), []).append(order)
-                    while len(self._pending) > MAX_CONVERSATIONS:
-                        self._pending.popitem(last=False)
+                    self._wait(_call_ident(conversation, turn, seen.call), order)
             refused = None if seen.refusal is None else seen.refusal.reason
             line, deep = _call_line(conversation, turn, seen.where.response, order, seen.call, self._key, refused)
             self._write((line, deep, set()))
@@ -457,16 +477,34 @@ class DigestRecorder:
                 waiting = self._pending.get(ident)
                 if not waiting:
                     return  # a call decided before the recorder was installed (or forgotten): nothing to name
-                order = waiting.pop(0)
+                order = waiting.popleft()
+                self._waiting -= 1
                 if not waiting:
                     del self._pending[ident]
             line, deep = _outcome_line(conversation, turn, order, seen.ok, seen.result, self._key)
             self._write((line, set(), deep))
 
+    def _wait(self, ident: tuple[Conversation, int, str], order: int) -> None:
+        """Keep ``order`` waiting for the outcome of call ``ident``, within ``MAX_WAITING_PER_CALL``,
+        ``MAX_WAITING`` and ``MAX_CONVERSATIONS`` calls (the lock held)."""
+        waiting = self._pending.get(ident)
+        if waiting is None:
+            waiting = self._pending[ident] = deque()
+        else:
+            self._pending.move_to_end(ident)
+        waiting.append(order)
+        self._waiting += 1
+        if len(waiting) > MAX_WAITING_PER_CALL:
+            waiting.popleft()
+            self._waiting -= 1
+        while len(self._pending) > MAX_CONVERSATIONS or self._waiting > MAX_WAITING:
+            _, forgotten = self._pending.popitem(last=False)
+            self._waiting -= len(forgotten)
+
     def label(self, conversation_id: str, success: bool) -> None:
         """Say whether a conversation succeeded (every agent's part of it): the replay's false-alarm figure
-        counts successful ones."""
-        self._write((_head((str(conversation_id), None), success=bool(success)), set(), set()))
+        counts successful ones. The id is taken as ``scope`` takes it (``call.as_text``: ``42`` is ``"42"``)."""
+        self._write((_head((as_text(conversation_id), None), success=bool(success)), set(), set()))
 
     def write_trajectory(self, trajectory: Trajectory) -> None:
         """Write a full trajectory as a live recording of it would be (``repeat-hooks record``). Unlike the
@@ -547,8 +585,7 @@ class DigestRecorder:
             self._pid = os.getpid()
             self._names.clear()
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._name = self._claim_set()
-        file = self.path.open("ab+")
+        self._name, file = self._claim_set()
         if file.tell():
             file.seek(-1, os.SEEK_END)
             if file.read(1) != b"\n":  # a torn last line (a crash mid-write): start a new one
@@ -556,21 +593,47 @@ class DigestRecorder:
         self._file = file
         return file
 
-    def _claim_set(self) -> str:
-        """Claim the first free file set of the folder (an ``flock`` held until ``close``); its file's name."""
+    def _claim_set(self) -> tuple[str, BinaryIO]:
+        """Claim the first free file set of the folder (an ``flock`` held until ``close``) whose files are its
+        own (no link, no special file: ``open_own``); its file's name, and that file opened."""
         if fcntl is None:  # pragma: no cover - Windows
-            return f"repeat-hooks-p{os.getpid()}.jsonl"
+            name = f"repeat-hooks-p{os.getpid()}.jsonl"
+            return name, self._own(self.folder / name)
         for number in range(1, MAX_WRITERS + 1):
             name = FILE_NAME if number == 1 else f"repeat-hooks-{number}.jsonl"
-            claim = (self.folder / f".{name}.lock").open("ab")
+            try:
+                claim = self._own(self.folder / f".{name}.lock")
+            except ForeignFile as error:
+                self._skip(error)
+                continue
             try:
                 fcntl.flock(claim.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                file = self._own(self.folder / name)
             except BlockingIOError:
                 claim.close()
                 continue
+            except ForeignFile as error:
+                claim.close()
+                self._skip(error)
+                continue
+            except BaseException:
+                claim.close()
+                raise
             self._claim = claim
-            return name
+            return name, file
         raise OSError(f"{MAX_WRITERS} writers already record into {self.folder}")
+
+    def _own(self, path: Path) -> BinaryIO:
+        """``path`` opened to append (created if missing), never through a link (``open_own``)."""
+        return os.fdopen(open_own(path, os.O_RDWR | os.O_APPEND | os.O_CREAT), "ab+")
+
+    def _skip(self, error: ForeignFile) -> None:
+        """Warn, once a path, of a file set passed over for a file that is not its own."""
+        if error.filename not in self._foreign:
+            self._foreign.add(error.filename)
+            logger.warning(
+                "repeat_hooks recording: %s is %s, not followed: writing another file set", error.filename, error.what
+            )
 
     def _close(self) -> None:
         for handle in (self._file, self._claim):
@@ -593,7 +656,52 @@ class DigestRecorder:
         if self.backups == 0:
             self.path.unlink()
         self._names.clear()
-        self._file = self.path.open("ab+")
+        self._file = self._own(self.path)  # a link planted meanwhile: ``ForeignFile``, the set given up
+
+
+class ForeignFile(OSError):
+    """A path of a recorder's folder that is no file of its own: a symbolic link (planted: following it would
+    write, or read, whatever it points to) or not a regular file (a FIFO would block the writer or the reader).
+    ``what`` says which; ``filename`` is the path."""
+
+    def __init__(self, what: str, path: Path) -> None:
+        super().__init__(errno.ELOOP if what == SYMLINK else errno.EINVAL, f"{path} is {what}", str(path))
+        self.what = what
+
+    def __str__(self) -> str:
+        return f"{self.filename} is {self.what}"
+
+
+SYMLINK = "a symbolic link"
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NOT_FOLLOWED = {errno.ELOOP, getattr(errno, "EMLINK", errno.ELOOP), getattr(errno, "EFTYPE", errno.ELOOP)}
+"""What ``open`` says of a link it was told not to follow (Linux: ELOOP; the BSDs: EMLINK or EFTYPE)."""
+
+
+def open_own(path: Path, flags: int) -> int:
+    """``os.open(path, flags)`` for a file of a recorder's folder, the recorder's and the reader's alike: never
+    through a symbolic link (``O_NOFOLLOW``), never anything but a regular file (opened without blocking, then
+    checked), else ``ForeignFile``. Returns the descriptor (blocking again)."""
+    if not _NOFOLLOW and path.is_symlink():  # pragma: no cover - no O_NOFOLLOW (Windows)
+        raise ForeignFile(SYMLINK, path)
+    extra = _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        descriptor = os.open(path, flags | extra, 0o666)
+    except OSError as error:
+        if error.errno in _NOT_FOLLOWED or path.is_symlink():
+            raise ForeignFile(SYMLINK, path) from None
+        if error.errno == errno.ENXIO:  # a FIFO nobody reads, opened to write
+            raise ForeignFile("not a regular file", path) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise ForeignFile("not a regular file", path)
+        if extra & getattr(os, "O_NONBLOCK", 0):
+            os.set_blocking(descriptor, True)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
 
 
 def line_bytes(line: dict[str, Any]) -> bytes:

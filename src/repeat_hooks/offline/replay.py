@@ -276,6 +276,18 @@ class Tally:
         del self.longest_loops[MAX_LOOPS:]
 
 
+def printable(text: str) -> str:
+    """``text`` safe to show an operator, on a terminal or a page: each character Python does not call
+    printable (control characters, a newline too, bidi and zero-width marks, lone surrogates, separators
+    other than the space) written as its escape, as ``repr`` writes it (``\\x1b``, ``\\u202e``, ``\\ud800``).
+    Tool names and trajectory ids come from the files read: one that says ``\\x1b]0;...`` must not retitle
+    the operator's terminal, nor one holding a lone surrogate crash the output. Printable text is returned
+    as it is; the result is printable (so escaping it again changes nothing)."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else ascii(char)[1:-1] for char in text)
+
+
 def _plain(value: Any) -> Any:
     if is_dataclass(value) and not isinstance(value, type):
         return asdict(value)

@@ -4,7 +4,8 @@ One HTML file, nothing else to fetch: inline CSS, bars drawn with CSS, no script
 prints. Per policy, side by side: the headline figures, refusals by tool and by the call's position in its
 turn, the longest loops found, and the first harmful refusals with the calls around them. The page holds
 tool names, trajectory ids, policy labels and digests only, never a raw argument or result value, so it can
-be shared; every text is HTML-escaped (tool names come from the user's files).
+be shared; every text is ``replay.printable`` (a control character, a bidi mark or a lone surrogate shown as its
+escape: the page is valid UTF-8 whatever the names) and HTML-escaped (tool names come from the user's files).
 
 Each figure is an element with a ``data-field`` attribute whose text is the figure (digits, with thousands
 separators), inside an element with ``data-policy`` (the policy's index) and ``data-section``: the same
@@ -13,10 +14,10 @@ names as ``replay --json``, so a test reads the page back and compares.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
-from html import escape
 
-from .replay import CONTEXT_CALLS, ROWS, ContextCall, HarmfulRefusal, Position, Refusals, Tally
+from .replay import CONTEXT_CALLS, ROWS, ContextCall, HarmfulRefusal, Position, Refusals, Tally, printable
 
 OPEN_REFUSALS = 3
 """Harmful refusals shown open; the rest are folded (a click opens each)."""
@@ -86,6 +87,11 @@ tr.this td { background: #fdecea; font-weight: 600; }
 footer { color: var(--muted); font-size: 13px; padding-top: 28px; padding-bottom: 40px; }
 @media print { .policy { break-inside: avoid; } details { break-inside: avoid; } }
 """
+
+
+def escape(text: str) -> str:
+    """``text`` as the page shows it: ``printable``, then HTML-escaped (every text of the page goes through it)."""
+    return html.escape(printable(text))
 
 
 def render_html(labels: Sequence[str], tallies: Sequence[Tally], sources: Sequence[str] = ()) -> str:

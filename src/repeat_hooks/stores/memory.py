@@ -60,3 +60,7 @@ class MemoryStore:
 
     def __len__(self) -> int:
         return len(self._states)
+
+    def __bool__(self) -> bool:
+        """A store is a store, empty or not (``store or default`` must not drop an empty one)."""
+        return True

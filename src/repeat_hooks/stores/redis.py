@@ -222,7 +222,8 @@ class RedisStore:
 
         Raises:
             StoreUnavailable: Redis is unreachable, timed out or answered an error, or the stored value
-                is not a ``GuardState``. A write cut off by a timeout may still have happened.
+                is not a ``GuardState`` (``StateCorrupt``: not one, or not UTF-8 text, as ``load_state``
+                refuses it). A write cut off by a timeout may still have happened.
             StoreContention: other writers kept the session busy past ``max_attempts`` or ``max_wait``.
             Exception: whatever ``change`` raises, with nothing written.
         """
@@ -332,7 +333,7 @@ class RedisStore:
                 observe.tell_all(heard)  # what the committed attempt decided; a lost attempt's is dropped
                 return outcomes
             if code == 0:
-                token, raw = _text(reply[1]), _text(reply[2])
+                token, raw = self._pair(name, reply[1], reply[2])
                 if token == new_token:  # our write landed; the client resent it after losing the reply
                     self._remember(name, new_token, new_raw, shared)
                     observe.tell_all(heard)
@@ -385,7 +386,7 @@ class RedisStore:
             reply = await self._script(_TAKE_LEASE, name, owner, LEASE_MS, self._ttl_ms)
             if int(reply[0]) == 1:
                 self.leases += 1
-                return _text(reply[1]), _text(reply[2])
+                return self._pair(name, reply[1], reply[2])
             if loop.time() >= deadline:
                 self._cache.pop(name, None)
                 raise StoreContention(f"{name!r}: other writers held it for {self.max_wait} s")
@@ -410,6 +411,9 @@ class RedisStore:
         except RedisError as error:
             self._cache.pop(name, None)
             raise StoreUnavailable(f"Redis failed while updating {name!r}: {error}") from error
+        except UnicodeDecodeError as error:  # a client that decodes replies (a conflict's state, not UTF-8)
+            self._cache.pop(name, None)
+            raise _not_text(name, error) from error
 
     async def _read(self, name: str) -> tuple[str, str]:
         """The stored ``(token, state JSON)`` of ``name``; ``("", "")`` if nothing is stored."""
@@ -418,10 +422,22 @@ class RedisStore:
         except RedisError as error:
             self._cache.pop(name, None)
             raise StoreUnavailable(f"Redis failed while reading {name!r}: {error}") from error
+        except UnicodeDecodeError as error:  # a client that decodes replies (decode_responses=True)
+            self._cache.pop(name, None)
+            raise _not_text(name, error) from error
         if not token:
             self._cache.pop(name, None)
             return "", ""
-        return _text(token), _text(raw)
+        return self._pair(name, token, raw)
+
+    def _pair(self, name: str, token: Any, raw: Any) -> tuple[str, str]:
+        """A stored token and state as text; ``StateCorrupt`` (and ``name`` forgotten) for bytes that are not
+        UTF-8."""
+        try:
+            return _text(token), _text(raw)
+        except UnicodeDecodeError as error:
+            self._cache.pop(name, None)
+            raise _not_text(name, error) from error
 
     def _parse(self, name: str, raw: str) -> GuardState:
         if not raw:
@@ -444,9 +460,19 @@ class RedisStore:
 
 
 def _text(value: Any) -> str:
-    """A reply as ``str``, whatever the client's ``decode_responses``; ``None`` as ``""``."""
+    """A reply as ``str``, whatever the client's ``decode_responses``; ``None`` as ``""``. Bytes that are not
+    UTF-8 raise ``UnicodeDecodeError``, as a client that decodes replies raises it (``_not_text`` names it)."""
     if value is None:
         return ""
     if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")  # bytes someone else wrote: the state check refuses them
+        return value.decode("utf-8")  # strictly: replaced characters would make a state the guard never wrote
     return str(value)
+
+
+def _not_text(name: str, error: UnicodeDecodeError) -> StateCorrupt:
+    """What a stored value that is not UTF-8 text raises: ``StateCorrupt``, as ``load_state`` refuses such
+    bytes (the guard writes JSON text only; someone else wrote these)."""
+    return StateCorrupt(
+        f"{name!r}: the stored guard state is not UTF-8 text ({error.reason} at byte {error.start}); delete it "
+        "to start this conversation's counts afresh"
+    )

@@ -50,7 +50,7 @@ class SQLiteStore:
         *,
         ttl: float | None = 30 * 86400,
         max_sessions: int = 100_000,
-        timeout: float = 5.0,
+        timeout: float = 10.0,
     ) -> None:
         if ttl is not None and not ttl > 0:
             raise ValueError(f"SQLiteStore(ttl=...) must be seconds > 0 or None, got {ttl!r}")
@@ -110,6 +110,10 @@ class SQLiteStore:
     def __len__(self) -> int:
         return int(self._connect().execute("SELECT COUNT(*) FROM repeat_hooks_states").fetchone()[0])
 
+    def __bool__(self) -> bool:
+        """A store is a store, empty or not (``store or default`` must not drop an empty one)."""
+        return True
+
     def _bound(self, connection: sqlite3.Connection, now: float) -> None:
         """A conversation was added: forget the expired ones, and the least recently updated past the cap."""
         if self.ttl is not None:
@@ -129,6 +133,7 @@ class SQLiteStore:
             try:
                 connection = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
                 connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute("PRAGMA synchronous=NORMAL")  # WAL: a process killed loses nothing committed
                 connection.executescript(_SCHEMA)
             except sqlite3.Error as error:
                 raise StoreUnavailable(f"SQLiteStore {self.path}: {error}") from error

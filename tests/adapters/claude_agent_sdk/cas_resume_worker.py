@@ -52,10 +52,10 @@ async def main(spec: str, home: str, phase: str, session: str = "", turn_one: st
         base = {"mcp_servers": {"parcels": parcels.server}, "allowed_tools": allowed()}
         if phase == "first":
             first = await turn(guard, offline_options(api, home, **base), "Keep checking FR-7731")
-            state = await read_state(guard, first)
+            state = await read_state(first, guard=guard)
             assert state is not None
             seen["session"], seen["turn_one"] = first.session_id, state.turn.id
-            seen["stop_one"] = getattr(await stop_of(guard, first), "reason", None)
+            seen["stop_one"] = getattr(await stop_of(first, guard=guard), "reason", None)
             asked: list[str] = []
 
             async def approval(event: Any, tool_use_id: str | None, context: Any) -> Any:
@@ -72,9 +72,9 @@ async def main(spec: str, home: str, phase: str, session: str = "", turn_one: st
         else:
             third = await turn(guard, offline_options(api, home, resume=session, **base), "And now?")
             seen["result"] = third.result
-            stop = await stop_of(guard, session, turn_one)
+            stop = await stop_of(session, guard=guard, turn_id=turn_one)
             seen["stop_one"] = None if stop is None else stop.reason
-            state = await read_state(guard, session)
+            state = await read_state(session, guard=guard)
             seen["turn_number"] = None if state is None else state.turn.number
             seen["refusals_seen"] = sum(
                 1 for request in api.model_requests() for message in request["messages"] if "Refused" in str(message)

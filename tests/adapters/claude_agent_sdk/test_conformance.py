@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from repeat_hooks_claude_agent_sdk.testing import STOP_LAG, UNSUPPORTED, Driver
 
-from repeat_hooks.kit.conformance import SCENARIOS, Scenario, ToolBox, check, scenario
+from repeat_hooks.kit.conformance import (
+    RETRIED,
+    SCENARIOS,
+    Scenario,
+    ToolBox,
+    check,
+    check_retried,
+    run_retried,
+    scenario,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+PATH = [str(ROOT / "src"), str(ROOT / "adapters" / "claude_agent_sdk" / "src")]
 
 SUPPORTED = [item for item in SCENARIOS if item.name not in UNSUPPORTED]
 
@@ -45,3 +58,13 @@ def test_one_response_is_one_batch_while_claude_code_runs_its_calls_as_they_stre
     assert driver.api is not None
     first_response = next(r for r in driver.api.requests if "answered_at" in r and r["body"].get("tools"))
     assert box.started[0] < first_response["answered_at"] - 0.3  # the first call ran 2+ blocks before the end
+
+
+def test_a_turn_retried_in_a_second_process_runs_no_write_again(tmp_path: Path) -> None:
+    """Two processes, each with its own real CLI, serve one Claude Code session through a ``SQLiteStore``: the first
+    dies right after placing the order; the retry resumes the session (``resume=``) and names the same turn
+    (``repeat_hooks.kit.request(turn_id=...)``): its track call counts on, and the order is not placed again."""
+    code, outcome, box = run_retried("repeat_hooks_claude_agent_sdk.testing:Driver", RETRIED, tmp_path, path=PATH)
+    check_retried(RETRIED, code, outcome, box)
+    assert outcome.seen[0] == "FR-7731: in transit" and outcome.seen[1].startswith("Refused")
+    assert any((tmp_path / "claude_home" / "claude" / "projects").glob("*/*.jsonl"))  # one session, resumed

@@ -39,6 +39,7 @@ def _can_isolate() -> bool:
 def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     trace = tmp_path_factory.mktemp("strace") / "network.log"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONIOENCODING": "utf-8", "HOME": str(trace.parent)}
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")  # a work tree put first on the path, as the run's own
     argv = [sys.executable, str(EXAMPLE)]  # no ANTHROPIC_API_KEY: offline
     traced = shutil.which("strace") is not None
     if traced:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -9,8 +10,8 @@ from typing import TypeVar
 import pytest
 from cas_parcels import TRACKED, allowed, call, carrier, converse, keep_calling, scripted
 from claude_agent_sdk import HookContext, HookInput, HookJSONOutput, HookMatcher, StreamEvent, query
-from repeat_hooks_claude_agent_sdk import NO_TRANSPORT, RepeatGuardHooks, stop_of
-from repeat_hooks_claude_agent_sdk.guard import STORE_DOWN
+from repeat_hooks_claude_agent_sdk import RepeatGuardHooks, stop_of
+from repeat_hooks_claude_agent_sdk.guard import NO_TRANSPORT
 from repeat_hooks_claude_agent_sdk.testing import FakeMessagesAPI, offline_options
 
 from repeat_hooks import (
@@ -22,12 +23,15 @@ from repeat_hooks import (
     StoreUnavailable,
     TokenPrices,
 )
-from repeat_hooks.kit import usage_tokens
+from repeat_hooks.kit import Fail, usage_tokens
+from repeat_hooks.messages import STORE_DOWN_REFUSAL
 
 
 def test_a_budget_claude_code_cannot_feed_fails_at_construction() -> None:
     with pytest.raises(GuardSetupError, match=r"max_model_seconds.*no model-call time.*max_turns"):
         RepeatGuardHooks(max_model_seconds=30)
+    with pytest.raises(GuardSetupError, match=r"cannot time model calls \(Claude Code reports no model-call time"):
+        RepeatGuardHooks(clock=time.time)
     with pytest.raises(GuardSetupError, match=r"max_cost_usd.*cost=TokenPrices.*max_budget_usd"):
         RepeatGuardHooks(max_cost_usd=0.5)
     RepeatGuardHooks(max_cost_usd=0.5, cost=TokenPrices(3, 15))
@@ -113,7 +117,7 @@ async def test_max_cost_usd_counts_each_response_with_its_final_output_tokens(tm
             guard, api, tmp_path, ["Watch FR-7731"], mcp_servers={"parcels": parcels.server}, allowed_tools=allowed()
         )
     assert parcels.count("track_parcel") == 2
-    stop = await stop_of(guard, turn.result)
+    stop = await stop_of(turn.result, guard=guard)
     assert stop is not None and stop.reason is StopReason.COST and turn.result.result == stop.message
     assert not any(isinstance(message, StreamEvent) for message in turn.messages)  # not asked for: hidden
 
@@ -122,20 +126,29 @@ T = TypeVar("T")
 
 
 class DownStore:
-    """A store whose server is gone: every update raises ``StoreUnavailable``."""
+    """A store whose server is gone: every update raises ``error`` (``StoreUnavailable``, or any other error)."""
+
+    def __init__(self, error: type[Exception] = StoreUnavailable) -> None:
+        self.error = error
 
     async def update(self, key: str, change: Callable[[GuardState], T]) -> T:
-        raise StoreUnavailable("redis at 127.0.0.1:1 refused the connection")
+        raise self.error("redis at 127.0.0.1:1 refused the connection")
 
     async def load(self, key: str) -> GuardState | None:
-        raise StoreUnavailable("redis at 127.0.0.1:1 refused the connection")
+        raise self.error("redis at 127.0.0.1:1 refused the connection")
 
 
-@pytest.mark.parametrize("fail_closed", [False, True])
-async def test_when_the_store_fails_calls_run_or_are_refused_as_chosen(tmp_path: Path, fail_closed: bool) -> None:
+@pytest.mark.parametrize(
+    ("fail", "error"), [("open", StoreUnavailable), ("closed", StoreUnavailable), ("closed", ConnectionResetError)]
+)
+async def test_when_the_store_fails_calls_run_or_are_refused_as_chosen(
+    tmp_path: Path, fail: Fail, error: type[Exception]
+) -> None:
+    """Any error of the store is an outage (not only ``StoreUnavailable``): ``fail`` decides, the same in every
+    adapter. Closed: the tool does not run, and the model reads the store-down refusal; open: it runs."""
     parcels = carrier()
     model = scripted({"Where is FR-7731?": [call("track_parcel")]})
-    guard = RepeatGuardHooks(store=DownStore(), fail_closed=fail_closed)
+    guard = RepeatGuardHooks(store=DownStore(error), fail=fail)
     with FakeMessagesAPI(model) as api:
         (turn,) = await converse(
             guard,
@@ -146,7 +159,7 @@ async def test_when_the_store_fails_calls_run_or_are_refused_as_chosen(tmp_path:
             allowed_tools=allowed(),
         )
     assert turn.result.result == "done"
-    if fail_closed:
-        assert parcels.count("track_parcel") == 0 and turn.seen == [STORE_DOWN]
+    if fail == "closed":
+        assert parcels.count("track_parcel") == 0 and turn.seen == [STORE_DOWN_REFUSAL]
     else:
         assert parcels.count("track_parcel") == 1 and turn.seen == [TRACKED]

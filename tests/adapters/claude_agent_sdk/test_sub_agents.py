@@ -70,7 +70,7 @@ async def test_a_stopped_sub_agent_ends_alone_and_its_parent_counts_apart(tmp_pa
         if not isinstance(block, str) and hasattr(block, "tool_use_id")
     ]
     assert agent_results == [TRACKED, TRACKED, REFUSAL, REFUSAL, REFUSAL]
-    stop = await stop_of(guard, turn.result, agent_id=started.task_id)
+    stop = await stop_of(turn.result, guard=guard, agent_id=started.task_id)
     assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS and stop.message == STOPPED
 
     # The parent reads the sub-agent's result as Claude Code hands it back, then calls track_parcel twice: both
@@ -79,7 +79,7 @@ async def test_a_stopped_sub_agent_ends_alone_and_its_parent_counts_apart(tmp_pa
     assert [tool_results(request) for request in parent[2:]] == [[TRACKED], [TRACKED]]
     assert parcels.count("track_parcel") == 4
     assert (turn.result.terminal_reason, turn.result.result) == ("completed", "done")
-    assert await stop_of(guard, turn.result) is None
+    assert await stop_of(turn.result, guard=guard) is None
     parent_calls = [
         block.name
         for message in turn.messages
@@ -90,10 +90,10 @@ async def test_a_stopped_sub_agent_ends_alone_and_its_parent_counts_apart(tmp_pa
     assert parent_calls == ["Agent", TRACK, TRACK]
 
     # Each keeps its own state in the guard's store: the parent's turn saw no refusal.
-    state = await read_state(guard, turn.result)
+    state = await read_state(turn.result, guard=guard)
     assert state is not None and state.turn.stop is None and state.turn.refused_responses == 0
     assert state.turn.model_calls == 2  # counted at the next response's first call: not the answer
-    agent_state = await read_state(guard, turn.result, agent_id=started.task_id)
+    agent_state = await read_state(turn.result, guard=guard, agent_id=started.task_id)
     assert agent_state is not None and agent_state.turn.id == started.task_id
     assert agent_state.turn.model_calls == 5
 
@@ -148,6 +148,6 @@ async def test_background_sub_agents_count_apart_after_their_parents_turn_ended(
     started = [message for message in turn.messages if isinstance(message, TaskStartedMessage)]
     assert len(started) == 3
     for task in started:
-        agent_state = await read_state(guard, turn.result, agent_id=task.task_id)
+        agent_state = await read_state(turn.result, guard=guard, agent_id=task.task_id)
         assert agent_state is not None and agent_state.turn.id == task.task_id
         assert agent_state.turn.refused_responses == 0

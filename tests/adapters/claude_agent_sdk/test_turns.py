@@ -40,7 +40,7 @@ async def test_seed_004_the_model_reads_each_refusal_and_the_caller_gets_the_sto
     result = first.result
     assert (result.subtype, result.is_error, result.terminal_reason) == ("success", False, "hook_stopped")
     assert result.result == STOPPED
-    stop = await stop_of(guard, result)
+    stop = await stop_of(result, guard=guard)
     assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS and stop.message == STOPPED
 
     # Turn 2 (the same session): the model reads its 3rd refusal in its history; the count starts afresh.
@@ -48,12 +48,12 @@ async def test_seed_004_the_model_reads_each_refusal_and_the_caller_gets_the_sto
     history = requests[5]["messages"]
     assert sum(REFUSAL in str(message["content"]) for message in history) == 3
     assert second.seen == [TRACKED] and second.result.result == "done"
-    assert await stop_of(guard, second.result) is None
-    state = await read_state(guard, second.result)
+    assert await stop_of(second.result, guard=guard) is None
+    state = await read_state(second.result, guard=guard)
     assert state is not None and state.turn.number == 2
     turn_ids = [event.turn_id for event in state.events if event.kind == "stop"]
     assert len(turn_ids) == 1 and await guard.stop_of(result.session_id, turn_ids[0]) == stop
-    assert await stop_of(guard, result.session_id) is None  # the latest turn, the second, was not stopped
+    assert await stop_of(result.session_id, guard=guard) is None  # the latest turn, the second, was not stopped
 
 
 async def test_a_model_that_answers_keeps_its_answer(tmp_path: Path) -> None:
@@ -77,7 +77,7 @@ async def test_a_model_that_answers_keeps_its_answer(tmp_path: Path) -> None:
         )
     assert len(api.model_requests()) == 3 + 2
     assert answered.result.result == "It is in Lyon." and answered.result.terminal_reason == "completed"
-    assert await stop_of(guard, answered.result) is None
+    assert await stop_of(answered.result, guard=guard) is None
     assert parcels.count("track_parcel") == 2
     assert parcels.count("place_order") == 0
     assert len(ordered.seen) == 1 and not ordered.seen[0].startswith("Refused")
@@ -100,7 +100,7 @@ async def test_a_stop_denies_the_calls_of_its_response_and_ends_the_turn(tmp_pat
         )
     assert len(api.model_requests()) == 3
     assert (parcels.count("track_parcel"), parcels.count("parcel_history")) == (1, 1)
-    stop = await stop_of(guard, turn.result)
+    stop = await stop_of(turn.result, guard=guard)
     assert stop is not None and stop.reason is StopReason.MAX_STEPS
     assert turn.result.result == stop.message and turn.result.terminal_reason == "hook_stopped"
     assert turn.seen[:2] == [TRACKED, "FR-7731: 3 scans"] and turn.seen[2] == stop.message

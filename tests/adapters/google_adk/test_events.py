@@ -39,13 +39,14 @@ async def test_refusals_are_function_responses_and_the_stop_is_the_agents_final_
     assert model.calls == 5
     assert turn.final_text == STOPPED
     assert turn.final.author == "parcel_tracker"
-    assert turn.final.custom_metadata == {STOP_METADATA: "ignored_refusals"}
+    assert turn.final.custom_metadata == {STOP_METADATA: "ignored_refusals", STOP_METADATA + "_message": STOPPED}
     assert turn.tool_responses == [{"status": TRACKED}] * 2 + [{"error": REFUSAL}] * 3
     # The stop is in the session state, persisted by the session service.
     session = await runner.session_service.get_session(app_name=runner.app_name, user_id=USER, session_id=session_id)
     assert session is not None
-    stop = stop_of(session, turn.invocation_id)
+    stop = stop_of(turn.final)  # the whole Stop rides on the final event
     assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS and stop.message == STOPPED
+    assert stop_of(turn.events) == stop_of(session) == stop_of(session, invocation_id=turn.invocation_id) == stop
     state = read_state(session)
     assert [e.kind for e in state.events] == ["refusal", "refusal", "refusal", "stop"]
     assert state.turn.responses == 5
@@ -66,7 +67,8 @@ async def test_a_new_invocation_is_a_new_turn(carrier: Carrier) -> None:
     state = read_state(session)
     assert state.turn.number == 2 and state.turn.id == second.invocation_id
     # Both stops stay readable, each under its own invocation.
-    assert stop_of(session, first.invocation_id) == stop_of(session, second.invocation_id) is not None
+    stops = [stop_of(session, invocation_id=turn.invocation_id) for turn in (first, second)]
+    assert stops[0] == stops[1] == stop_of(second.final) is not None
 
 
 async def test_a_model_that_answers_is_left_alone(carrier: Carrier) -> None:
@@ -81,7 +83,7 @@ async def test_a_model_that_answers_is_left_alone(carrier: Carrier) -> None:
     assert carrier.calls == ["FR-7731"]
     session = await runner.session_service.get_session(app_name=runner.app_name, user_id=USER, session_id=session_id)
     assert session is not None
-    assert stop_of(session, turn.invocation_id) is None
+    assert stop_of(turn.final) is None and stop_of(session) is None
 
 
 async def test_per_turn_counting_refuses_only_identical_calls(carrier: Carrier) -> None:

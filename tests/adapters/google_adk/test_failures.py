@@ -63,7 +63,7 @@ async def test_errors_reported_to_the_model_end_the_turn_after_three_in_a_row() 
     assert turn.tool_responses == [{"error": "CarrierDown: carrier API timed out"}] * 3
     assert model.calls == 3
     assert turn.final_text == TOO_MANY_ERRORS
-    assert turn.final.custom_metadata == {STOP_METADATA: "too_many_errors"}
+    assert turn.final.custom_metadata[STOP_METADATA] == "too_many_errors"
 
 
 async def test_a_tool_that_returns_errors_counts_as_failing_with_is_failure() -> None:
@@ -132,7 +132,7 @@ async def test_malformed_arguments_reach_the_model_as_adk_errors_and_repeats_are
     assert all("error" in r for r in responses)
     assert "tracking_number" in str(responses[0]["error"])  # ADK's own message, for the 2 calls allowed
     assert [r["error"].startswith("Refused:") for r in responses] == [False, False, True, True, True]
-    assert turn.final.custom_metadata == {STOP_METADATA: "ignored_refusals"}
+    assert turn.final.custom_metadata[STOP_METADATA] == "ignored_refusals"
 
 
 async def test_a_tool_the_model_made_up_is_counted_and_refused_like_any_other() -> None:
@@ -145,7 +145,7 @@ async def test_a_tool_the_model_made_up_is_counted_and_refused_like_any_other() 
     assert "no tool with that name" in responses[0]["error"]
     assert [r["error"].startswith("Refused:") for r in responses] == [False, False, True, True, True]
     assert model.calls == 5
-    assert turn.final.custom_metadata == {STOP_METADATA: "ignored_refusals"}
+    assert turn.final.custom_metadata[STOP_METADATA] == "ignored_refusals"
 
 
 async def test_a_text_answer_after_errors_is_kept() -> None:
@@ -157,7 +157,7 @@ async def test_a_text_answer_after_errors_is_kept() -> None:
 
     # 1 error in a row is the limit: the next model call is not made, the turn ends with the guard's text.
     assert model.calls == 1
-    assert turn.final.custom_metadata == {STOP_METADATA: "too_many_errors"}
+    assert turn.final.custom_metadata[STOP_METADATA] == "too_many_errors"
 
 
 def _plugin(**settings: Any) -> RepeatGuardPlugin:

@@ -4,6 +4,7 @@ must fail loudly."""
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 import pytest
@@ -12,10 +13,20 @@ from google.adk.agents.invocation_context import LlmCallsLimitExceededError
 from google.adk.agents.run_config import RunConfig
 from google.adk.apps import App
 from google.adk.runners import InMemoryRunner
-from repeat_hooks_google_adk import STATE_KEY, STOP_METADATA, Policy, RepeatGuardPlugin, TokenPrices
+from repeat_hooks_google_adk import (
+    STATE_KEY,
+    STOP_METADATA,
+    Policy,
+    RepeatGuardPlugin,
+    Stop,
+    StopReason,
+    TokenPrices,
+    stop_of,
+)
 from repeat_hooks_google_adk.testing import ScriptedLlm, keep_calling
 
 from repeat_hooks import GuardSetupError, StopRepeatedCalls
+from repeat_hooks.messages import STORE_DOWN_STOP
 
 from .conftest import APP, ARGS, STOPPED, USER, Carrier, new_session, run_turn, runner_for
 
@@ -67,7 +78,7 @@ async def test_max_model_calls_ends_the_turn_with_a_message_before_adk_would_rai
 
     assert model.calls == 5
     assert len(carrier.calls) == 5
-    assert turn.final.custom_metadata == {STOP_METADATA: "max_steps"}
+    assert turn.final.custom_metadata[STOP_METADATA] == "max_steps"
     assert "5" in turn.final_text
 
 
@@ -94,7 +105,7 @@ async def test_cost_budget_from_usage_metadata_and_token_prices_as_cost(carrier:
     turn = await run_turn(runner, await new_session(runner), "Track everything")
 
     assert model.calls == 3  # $0.006 > $0.005 after the 3rd call: no 4th
-    assert turn.final.custom_metadata == {STOP_METADATA: "cost"}
+    assert turn.final.custom_metadata[STOP_METADATA] == "cost"
 
 
 async def test_time_budget_on_the_plugins_clock(carrier: Carrier) -> None:
@@ -106,7 +117,7 @@ async def test_time_budget_on_the_plugins_clock(carrier: Carrier) -> None:
     turn = await run_turn(runner, await new_session(runner), "Track everything")
 
     assert model.calls == 3  # 1.5 s a call: 4.5 s > 4 s after the 3rd
-    assert turn.final.custom_metadata == {STOP_METADATA: "time"}
+    assert turn.final.custom_metadata[STOP_METADATA] == "time"
 
 
 def test_token_prices_read_gemini_usage_metadata() -> None:
@@ -214,14 +225,34 @@ def test_a_state_key_adk_would_validate_or_drop_is_refused(key: str) -> None:
         RepeatGuardPlugin(Policy(), state_key=key)
 
 
-async def test_a_foreign_value_under_the_state_key_fails_with_the_key_named(carrier: Carrier) -> None:
+async def test_a_foreign_value_under_the_state_key_is_an_outage_that_names_the_key(
+    carrier: Carrier, caplog: pytest.LogCaptureFixture
+) -> None:
     model = ScriptedLlm(then=keep_calling("track_parcel", ARGS))
-    runner = runner_for(looping_agent(carrier, model), RepeatGuardPlugin(Policy()))
+    runner = runner_for(looping_agent(carrier, model), RepeatGuardPlugin(Policy(), fail="closed"))
     session = await runner.session_service.create_session(
         app_name=APP, user_id=USER, state={STATE_KEY: {"counts": "not a dict"}}
     )
 
-    with pytest.raises(RuntimeError, match=r"session state 'repeat_hooks:guard': .*delete it to start"):
-        await run_turn(runner, session.id, "Keep checking FR-7731")
+    turn = await run_turn(runner, session.id, "Keep checking FR-7731")
 
-    assert carrier.calls == []
+    # The guard cannot read the counts: with fail="closed" the turn ends before any model call, saying so.
+    assert turn.final_text == STORE_DOWN_STOP and stop_of(turn.final) == Stop(
+        message=STORE_DOWN_STOP, reason=StopReason.STORE_UNAVAILABLE
+    )
+    assert carrier.calls == [] and model.calls == 0
+    assert re.search(r"session state 'repeat_hooks:guard': .*delete it to start", caplog.text)
+
+
+async def test_with_fail_open_a_foreign_value_leaves_the_calls_unguarded(
+    carrier: Carrier, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = ScriptedLlm(then=keep_calling("track_parcel", ARGS))
+    runner = runner_for(looping_agent(carrier, model), RepeatGuardPlugin(Policy()))
+    session = await runner.session_service.create_session(app_name=APP, user_id=USER, state={STATE_KEY: [1, 2]})
+
+    with pytest.raises(LlmCallsLimitExceededError):
+        await run_turn(runner, session.id, "Keep checking FR-7731", run_config=RunConfig(max_llm_calls=4))
+
+    assert carrier.calls == ["FR-7731"] * 4  # as without the guard, which logged why at every call
+    assert caplog.text.count("could not reach the state of session state 'repeat_hooks:guard'") >= 4

@@ -13,12 +13,17 @@ from google.adk.agents import LlmAgent
 from google.adk.tools.mcp_tool.mcp_session_manager import StdioConnectionParams
 from google.adk.tools.mcp_tool.mcp_toolset import McpToolset
 from mcp import StdioServerParameters
-from repeat_hooks_google_adk import STOP_METADATA, RepeatGuardPlugin, read_only_hint, tool_call
+from repeat_hooks_google_adk import STOP_METADATA, RepeatGuardPlugin
+from repeat_hooks_google_adk.calls import tool_call
 from repeat_hooks_google_adk.testing import ScriptedLlm, keep_calling
 
 from repeat_hooks import GuardState, Policy, Refusal, ToolCall
 
 from .conftest import ARGS, STOPPED, new_session, run_turn, runner_for
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:MCPTool class is deprecated:DeprecationWarning"  # ADK 2.11's own McpToolset builds its deprecated MCPTool
+)
 
 SERVER = Path(__file__).with_name("mcp_carrier.py")
 seen: list[ToolCall] = []
@@ -50,8 +55,8 @@ async def toolset(tmp_path: Path) -> AsyncIterator[tuple[McpToolset, Path]]:
 async def test_the_servers_explicit_hints_reach_the_policy(toolset: tuple[McpToolset, Path]) -> None:
     tools, _ = toolset
 
-    hints = {tool.name: read_only_hint(tool) for tool in await tools.get_tools()}
     calls = {tool.name: tool_call(tool, {}, None) for tool in await tools.get_tools()}
+    hints = {name: call.read_only for name, call in calls.items()}
 
     assert hints == {
         "track_parcel": True,
@@ -103,7 +108,7 @@ async def test_the_same_answer_with_a_fresh_request_id_is_refused_on_the_third_c
     # The 3rd call did not run: the model read a refusal in its place.
     (third,) = model.responses_received(3).values()
     assert third["error"].startswith("Refused: you already called parcel_events")
-    assert turn.final.custom_metadata == {STOP_METADATA: "ignored_refusals"}
+    assert turn.final.custom_metadata[STOP_METADATA] == "ignored_refusals"
 
 
 async def test_an_mcp_error_result_is_a_failure(toolset: tuple[McpToolset, Path]) -> None:
@@ -118,4 +123,4 @@ async def test_an_mcp_error_result_is_a_failure(toolset: tuple[McpToolset, Path]
     assert log.read_text().splitlines() == ["customs_status FR-7731"] * 3
     assert [response["isError"] for response in turn.tool_responses] == [True] * 3
     assert "customs API timed out" in turn.tool_responses[0]["content"][0]["text"]
-    assert turn.final.custom_metadata == {STOP_METADATA: "too_many_errors"}
+    assert turn.final.custom_metadata[STOP_METADATA] == "too_many_errors"

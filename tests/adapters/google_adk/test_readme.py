@@ -8,9 +8,13 @@ from pathlib import Path
 
 import pytest
 from google.adk.agents import LlmAgent
+from google.adk.apps import App
+from google.adk.runners import InMemoryRunner
 from readme_blocks import Blocks
-from repeat_hooks_google_adk import StopReason
+from repeat_hooks_google_adk import RepeatGuardPlugin, StopReason, stop_of
 from repeat_hooks_google_adk.testing import ScriptedLlm, keep_calling
+
+from repeat_hooks.stores.sqlite import SQLiteStore
 
 from .conftest import ARGS, STOPPED, Carrier, new_session, run_turn
 
@@ -46,10 +50,34 @@ def test_the_root_readme_section_runs_with_a_scripted_model(carrier: Carrier) ->
         runner = namespace["runner"]
         session_id = await new_session(runner)
         turn = await run_turn(runner, session_id, "Keep checking FR-7731")
-        session = await runner.session_service.get_session(app_name="parcels", user_id="u1", session_id=session_id)
-        stop = namespace["stop_of"](session, turn.invocation_id)
+        stop = namespace["stop_of"](turn.final)
         assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
         assert turn.final_text == stop.message == STOPPED
+
+    asyncio.run(invocation())
+    assert carrier.calls == ["FR-7731"] * 2
+
+
+@BLOCKS.cover("A shared store (`store=`)")
+def test_the_store_block_keeps_the_counts_in_sqlite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, carrier: Carrier
+) -> None:
+    monkeypatch.chdir(tmp_path)  # guard.db lands here
+    agent = LlmAgent(
+        name="parcel_tracker", model=ScriptedLlm(then=keep_calling("track_parcel", ARGS)), tools=[carrier.tool]
+    )
+    namespace = BLOCKS.run(
+        "A shared store (`store=`)",
+        given={"agent": agent, "RepeatGuardPlugin": RepeatGuardPlugin, "App": App, "InMemoryRunner": InMemoryRunner},
+    )
+
+    async def invocation() -> None:
+        runner = namespace["runner"]
+        session_id = await new_session(runner)
+        turn = await run_turn(runner, session_id, "Keep checking FR-7731")
+        assert turn.final_text == STOPPED and stop_of(turn.final) is not None
+        state = await SQLiteStore(tmp_path / "guard.db").load(f"parcels/u1/{session_id}")
+        assert state is not None and state.turn.id == turn.invocation_id and state.turn.refusals == 3
 
     asyncio.run(invocation())
     assert carrier.calls == ["FR-7731"] * 2

@@ -15,7 +15,8 @@ import pytest
 from google.adk.agents import LlmAgent
 from google.adk.agents.run_config import RunConfig
 from google.genai import types
-from repeat_hooks_google_adk import STOP_METADATA, RepeatGuardPlugin, model_view
+from repeat_hooks_google_adk import STOP_METADATA, RepeatGuardPlugin
+from repeat_hooks_google_adk.calls import model_view
 from repeat_hooks_google_adk.testing import ScriptedLlm, keep_calling
 
 from repeat_hooks import Policy
@@ -74,7 +75,7 @@ async def test_the_same_result_again_is_refused_whatever_it_holds(kind: str) -> 
     assert calls == ["FR-7731"] * 2
     (third,) = model.responses_received(3).values()
     assert third["error"].startswith("Refused: you already called track_parcel")
-    assert turn.final.custom_metadata == {STOP_METADATA: "ignored_refusals"}
+    assert turn.final.custom_metadata[STOP_METADATA] == "ignored_refusals"
 
 
 async def test_a_new_result_restarts_the_count() -> None:
@@ -95,7 +96,7 @@ async def test_a_new_result_restarts_the_count() -> None:
 
     # Each new status restarts the count; "delivered" twice is no progress: the 5th call is refused.
     assert len(calls) == 4
-    assert turn.final.custom_metadata == {STOP_METADATA: "ignored_refusals"}
+    assert turn.final.custom_metadata[STOP_METADATA] == "ignored_refusals"
 
 
 def test_the_view_is_the_function_response_adk_builds() -> None:

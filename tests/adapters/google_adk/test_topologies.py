@@ -84,13 +84,13 @@ async def test_a_stop_ends_an_endless_loop_agent(carrier: Carrier) -> None:
     assert carrier.calls == ["FR-7731"] * 2
     assert model.calls == 5 and reporter_model.calls == 0
     assert finals(turn) == [STOPPED]
-    assert turn.events[-1].custom_metadata == {STOP_METADATA: "ignored_refusals"}
+    assert turn.events[-1].custom_metadata[STOP_METADATA] == "ignored_refusals"
     assert turn.events[-1].actions.escalate is True
     assert len(turn.events) == 11  # 5 model responses, 5 tool responses, the stop
     session = await runner.session_service.get_session(app_name=runner.app_name, user_id=USER, session_id=session_id)
     assert session is not None
-    stop = stop_of(session, turn.invocation_id)
-    assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
+    stop = stop_of(session, invocation_id=turn.invocation_id)
+    assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS and stop_of(turn.final) == stop
 
 
 async def test_a_stop_in_a_nested_loop_ends_every_enclosing_loop_and_the_sequence(carrier: Carrier) -> None:
@@ -297,8 +297,8 @@ async def test_a_stop_ends_a_workflow_revision_loop(carrier: Carrier) -> None:
     assert [event.error_code for event in turn.events[-2:]] == [None, "INVOCATION_ABORTED"]
     session = await runner.session_service.get_session(app_name=runner.app_name, user_id=USER, session_id=session_id)
     assert session is not None
-    stop = stop_of(session, turn.invocation_id)
-    assert stop is not None and stop.message == STOPPED
+    stop = stop_of(turn.events)  # the stop event, before ADK's abort event
+    assert stop is not None and stop.message == STOPPED and stop_of(session) == stop
 
 
 async def test_a_transfer_keeps_the_count_the_agent_transferred_to_sees(carrier: Carrier) -> None:

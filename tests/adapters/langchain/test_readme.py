@@ -4,7 +4,10 @@ the blocks need nothing more than ``pip install repeat-hooks-langchain``. So doe
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +19,7 @@ from repeat_hooks_langchain.testing import ScriptedChatModel, keep_calling
 
 BLOCKS = Blocks.owned_by(__file__)
 QUICK_START, REVIEW = "repeat-hooks-langchain", "With a human reviewer (`HumanInTheLoopMiddleware`)"
+STORE = "Several processes: `store=`"
 ROOT_SECTION = "LangChain v1 (`repeat-hooks-langchain`)"
 TEST_EXTRA = (
     "langchain_mcp_adapters",
@@ -27,9 +31,9 @@ TEST_EXTRA = (
 """Modules of the adapter's ``test`` extra (``adapters/langchain/pyproject.toml``): none may be imported."""
 
 
-@BLOCKS.cover(QUICK_START, REVIEW)
+@BLOCKS.cover(QUICK_START, STORE, REVIEW)
 def test_every_python_block_runs_as_written_with_the_adapter_alone(
-    carrier: Carrier, monkeypatch: pytest.MonkeyPatch
+    carrier: Carrier, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     for name in TEST_EXTRA:
         monkeypatch.setitem(sys.modules, name, None)  # importing it raises ImportError
@@ -41,10 +45,21 @@ def test_every_python_block_runs_as_written_with_the_adapter_alone(
     assert stop is not None and stop.message.startswith("I stopped")
     assert namespace["result"]["messages"][-1].content == stop.message
 
+    namespace["request_id"] = uuid.uuid4()
+    database = str(tmp_path / "guard-states.db")
+    BLOCKS.run(STORE, namespace=namespace, replace={'"guard-states.db"': repr(database)})
+
+    stop = namespace["stop_of"](namespace["result"])
+    assert carrier.calls == ["FR-7731"] * 4 and "repeat_guard" not in namespace["result"]
+    assert stop is not None and stop.message.startswith("I stopped")
+    saved = asyncio.run(namespace["store"].load("customer-44"))
+    assert saved is not None and saved.turn.stop == stop
+
+    carrier.calls.clear()
     BLOCKS.run(REVIEW, namespace=namespace)
 
     stop = namespace["stop_of"](namespace["result"])
-    assert carrier.calls == ["FR-7731"] * 4  # 2 approved and run; the refused calls were never shown
+    assert carrier.calls == ["FR-7731"] * 2  # 2 approved and run; the refused calls were never shown
     assert stop is not None and stop.message.startswith("I stopped")
     assert not namespace["result"].get("__interrupt__")
 

@@ -3,6 +3,7 @@ spelling."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -170,14 +171,30 @@ def test_the_middleware_given_twice_is_refused_by_create_agent(carrier: Carrier)
         )
 
 
-def test_a_state_key_written_by_someone_else_fails_loudly(carrier: Carrier) -> None:
-    model = ScriptedChatModel(then=keep_calling("track_parcel", ARGS))
-    agent = parcel_agent(model, carrier)
+@pytest.mark.parametrize("fail", ["open", "closed"])
+def test_a_state_key_written_by_someone_else_is_an_outage_logged_with_the_key(
+    carrier: Carrier, fail: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The kit's outage rule, as for a store that fails: logged (naming the key and how to recover), then
+    # fail="open" lets the calls run unguarded, fail="closed" ends the turn with the store-down stop.
+    track = keep_calling("track_parcel", ARGS)
+    model = ScriptedChatModel(replies=[track] * 4 + [answer("done"), track, answer("done")])
+    agent = parcel_agent(model, carrier, middleware=[RepeatGuardMiddleware(seed_004(), fail=fail)])  # type: ignore[arg-type]
     agent.invoke(USER, thread("t1"))
     agent.update_state(thread("t1"), {"repeat_guard": {"turn": "not a number"}})
+    carrier.calls.clear()
 
-    with pytest.raises(StateCorrupt, match=r"only RepeatGuardMiddleware may write it.*delete it"):
-        agent.invoke(USER, thread("t1"))
+    result = agent.invoke(USER, thread("t1"))
+
+    assert re.search(r"only RepeatGuardMiddleware may write it.*delete it", caplog.text)
+    stop = stop_of(result)
+    if fail == "open":
+        assert stop is None and result["messages"][-1].content == "done" and carrier.calls == ["FR-7731"]
+    else:
+        assert stop is not None and stop.reason is StopReason.STORE_UNAVAILABLE and carrier.calls == []
+        assert result["messages"][-1].content == stop.message
+    with pytest.raises(StateCorrupt, match=r"only RepeatGuardMiddleware may write it"):
+        guard_state_of(result)
 
 
 def test_the_caller_cannot_pass_counters_in_the_input(carrier: Carrier) -> None:

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from repeat_hooks_mistral.testing import Driver
 
-from repeat_hooks.kit.conformance import SCENARIOS, Scenario, ToolBox, check, scenario
+from repeat_hooks.kit.conformance import (
+    RETRIED,
+    SCENARIOS,
+    Scenario,
+    ToolBox,
+    check,
+    check_retried,
+    run_retried,
+    scenario,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+PATH = (str(ROOT / "src"), str(ROOT / "adapters" / "mistral" / "src"))
 
 SUPPORTED = [item for item in SCENARIOS if item.name not in Driver.UNSUPPORTED]
 
@@ -30,3 +44,11 @@ def test_unsupported_scenarios_are_the_sdk_s_own_limits() -> None:
     with pytest.raises(RuntimeError, match="duplicate model tool call ID 'call_0'"):
         Driver().run(duplicate, box)
     assert box.runs == {"track_parcel": 0}
+
+
+def test_a_turn_retried_in_another_process_runs_no_write_again(tmp_path: Path) -> None:
+    """Two processes, one conversation, one SQLite store: rc11 gives each process's session its own ids, so the
+    driver names the conversation and the turn around ``Guard.run`` (``repeat_hooks.kit.request``); the retry
+    keeps the turn's counts, and the order placed before the crash is not placed again."""
+    code, outcome, box = run_retried("repeat_hooks_mistral.testing:Driver", RETRIED, tmp_path, path=PATH)
+    check_retried(RETRIED, code, outcome, box)

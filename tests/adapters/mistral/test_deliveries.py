@@ -103,7 +103,7 @@ async def test_calls_made_inside_run_typescript_are_counted(carrier: Any, agent_
     builtins = agents.Builtins(skills=False, subagents=False, background_processes=False)  # run_typescript on
     async with await agent_for(model, ParcelGuard(), builtins=builtins).create_session() as session:
         result = await run_turn(session, "Check FR-7731 four times.")
-        events = await events_of(ParcelGuard, session.session_id)
+        events = await events_of(session, guard=ParcelGuard)
 
     assert len(carrier.calls) == 2
     outputs = json.loads(tool_messages(model.requests[-1])[0])
@@ -164,7 +164,7 @@ async def test_a_redelivered_tool_call_is_decided_once() -> None:
         "PreToolCallHookSkip",
     ]
     assert other_again.reason == other.reason
-    state = await read_state(OneCallGuard, "redelivered-tool")
+    state = await read_state("redelivered-tool", guard=OneCallGuard)
     assert state is not None and state.turn.refusals == 1
 
 
@@ -178,7 +178,7 @@ async def test_a_redelivered_failure_is_recorded_once() -> None:
 
     await _activity("5").run(guard.post_tool_call, ctx, _failed_result())
     assert type(await guard.pre_llm_call(ctx, llm)).__name__ == "PreLlmCallHookSkip"
-    stop = await stop_of(OneCallGuard, "redelivered-failure")
+    stop = await stop_of("redelivered-failure", guard=OneCallGuard)
     assert stop is not None and stop.reason is StopReason.TOO_MANY_ERRORS
 
 
@@ -196,5 +196,5 @@ async def test_a_redelivered_model_call_is_counted_once() -> None:
 
     await _activity("12").run(guard.post_llm_call, ctx, post)
     assert type(await guard.pre_llm_call(ctx, pre)).__name__ == "PreLlmCallHookSkip"
-    stop = await stop_of(OneCallGuard, "redelivered-model")
+    stop = await stop_of("redelivered-model", guard=OneCallGuard)
     assert stop is not None and stop.reason is StopReason.MAX_STEPS

@@ -8,10 +8,11 @@ from typing import Any, TypeVar
 
 import pytest
 from mistralai.agents import agents
-from repeat_hooks_mistral import STORE_DOWN_REFUSAL, GuardSetupError, RepeatGuardHook, TokenPrices, read_state, stop_of
+from repeat_hooks_mistral import GuardSetupError, RepeatGuardHook, TokenPrices, read_state, stop_of
 from repeat_hooks_mistral.testing import ScriptedModel, ToolUse, calls_this_turn, run_turn, tool_messages
 
 from repeat_hooks import GuardState, MemoryStore, Policy, StopReason
+from repeat_hooks.messages import STORE_DOWN_REFUSAL
 
 T = TypeVar("T")
 FR = {"tracking_number": "FR-7731"}
@@ -30,7 +31,7 @@ async def test_max_model_calls_ends_the_turn(carrier: Any, agent_for: Any) -> No
     model = ScriptedModel(numbered_calls)
     async with await agent_for(model, StepGuard()).create_session() as session:
         result = await run_turn(session, "Check every parcel.")
-        stop = await stop_of(StepGuard, session.session_id)
+        stop = await stop_of(session, guard=StepGuard)
 
     assert len(model.requests) == 3
     assert len(carrier.calls) == 3
@@ -49,8 +50,8 @@ async def test_the_cost_of_the_recorded_token_usage_ends_the_turn(carrier: Any, 
     model = ScriptedModel(numbered_calls, usage=(10_000, 1_000))
     async with await agent_for(model, CostGuard()).create_session() as session:
         await run_turn(session, "Check every parcel.")
-        stop = await stop_of(CostGuard, session.session_id)
-        state = await read_state(CostGuard, session.session_id)
+        stop = await stop_of(session, guard=CostGuard)
+        state = await read_state(session, guard=CostGuard)
 
     assert len(model.requests) == 2
     assert stop is not None and stop.reason is StopReason.COST
@@ -66,7 +67,7 @@ async def test_failed_tool_calls_in_a_row_end_the_turn(carrier: Any, agent_for: 
     model = ScriptedModel(numbered_calls)
     async with await agent_for(model, ErrorGuard()).create_session() as session:
         await run_turn(session, "Check every parcel.")
-        stop = await stop_of(ErrorGuard, session.session_id)
+        stop = await stop_of(session, guard=ErrorGuard)
 
     assert len(carrier.calls) == 2
     assert stop is not None and stop.reason is StopReason.TOO_MANY_ERRORS
@@ -103,20 +104,20 @@ class OpenGuard(RepeatGuardHook):
 
 
 class ClosedGuard(OpenGuard):
-    fail_closed = True
+    fail = "closed"
 
 
 async def test_a_failing_store_fails_open_by_default(
     carrier: Any, agent_for: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     model = ScriptedModel.replies(*[ToolUse("track_parcel", FR)] * 3, "FR-7731 is in transit.")
-    with caplog.at_level(logging.ERROR, logger="repeat_hooks_mistral"):
+    with caplog.at_level(logging.ERROR, logger="repeat_hooks"):
         async with await agent_for(model, OpenGuard()).create_session() as session:
             result = await run_turn(session, "Check FR-7731 three times.")
 
     assert len(carrier.calls) == 3, "unguarded, but running"
     assert result.text == "FR-7731 is in transit."
-    assert "OpenGuard.pre_tool_call could not update its store" in caplog.text
+    assert "OpenGuard could not reach the state of" in caplog.text and "failing open" in caplog.text
     assert "store unreachable" in caplog.text
 
 
@@ -124,14 +125,14 @@ async def test_a_failing_store_fails_closed_when_asked(
     carrier: Any, agent_for: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     model = ScriptedModel.replies(ToolUse("track_parcel", FR), "Nothing to report.")
-    with caplog.at_level(logging.ERROR, logger="repeat_hooks_mistral"):
+    with caplog.at_level(logging.ERROR, logger="repeat_hooks"):
         async with await agent_for(model, ClosedGuard()).create_session() as session:
             result = await run_turn(session, "Check FR-7731.")
 
     assert carrier.calls == []
     assert model.requests == [], "the first model call is skipped: the turn ends"
     assert (result.stop_reason, result.text) == ("completed", "")
-    assert "ClosedGuard.pre_llm_call could not update its store" in caplog.text
+    assert "ClosedGuard could not reach the state of" in caplog.text and "failing closed" in caplog.text
 
 
 class FlakyStore(MemoryStore):
@@ -151,7 +152,7 @@ class FlakyStore(MemoryStore):
 class ClosedToolGuard(RepeatGuardHook):
     policy = Policy(count="per_turn", match="tool", max_calls=1)
     store = FlakyStore()
-    fail_closed = True
+    fail = "closed"
 
 
 async def test_fail_closed_refuses_the_tool_call_with_a_clear_message(carrier: Any, agent_for: Any) -> None:
@@ -184,7 +185,8 @@ def test_each_guard_class_has_its_own_store_unless_it_inherits_one() -> None:
 
 
 def test_a_policy_that_is_not_a_policy_is_refused_at_class_creation() -> None:
-    with pytest.raises(TypeError, match=r"policy must be a repeat_hooks\.Policy.*write policy = Policy"):
+    spelling = r"Wrong takes a repeat_hooks\.Policy, not str: class Wrong\(RepeatGuardHook\): policy = Policy"
+    with pytest.raises(TypeError, match=spelling):
 
         class Wrong(RepeatGuardHook):
             policy = "max_calls=2"  # type: ignore[assignment]

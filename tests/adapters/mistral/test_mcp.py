@@ -105,7 +105,7 @@ async def test_the_same_answer_with_a_fresh_meta_request_id_is_refused_the_third
     agent = agent_for(model, DefaultGuard(), tools=(), mcps=mcps, max_iterations=10)
     async with await agent.create_session() as session:
         await run_turn(session, "Keep checking FR-7731.")
-        events = await events_of(DefaultGuard, session.session_id)
+        events = await events_of(session, guard=DefaultGuard)
 
     assert carrier_server.reached() == [f"{tool} FR-7731"] * 2, "the tool ran exactly twice"
     request_ids = [result.meta["request_id"] for result in mcp_results]

@@ -104,7 +104,7 @@ async def test_with_no_span_current_the_events_get_spans_of_their_own(
 
     async with await agent_for(model, TracedGuard()).create_session() as session:
         await run_turn(session, "Keep checking FR-7731.")
-        stop = await stop_of(TracedGuard, session.session_id)
+        stop = await stop_of(session, guard=TracedGuard)
         session_id = session.session_id
 
     assert stop is not None

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from readme_blocks import ROOT, Blocks
 from repeat_hooks_mistral import Policy, RepeatGuardHook, StopReason
-from repeat_hooks_mistral.testing import ScriptedModel
+from repeat_hooks_mistral.testing import ScriptedModel, ToolUse, calls_this_turn, tool_messages
 from services import RedisServer, redis_server
 
 from repeat_hooks import Refusal, ToolCall
@@ -28,6 +28,7 @@ SCRIPTED = {LIVE_MODEL: "model=SCRIPTED.name, completion=SCRIPTED.completion(),"
 STOPPED = "I stopped: I kept calling track_parcel, and its result would not change in this turn. Ask me again later."
 ROOT_SECTION = "Mistral Agents SDK (`repeat-hooks-mistral`)"
 DEPLOY = "What makes the guard deployable (`parcel_worker/parcel_app.py`)"
+RETRY = "A retried request: naming the conversation and the turn"
 
 
 @BLOCKS.cover("repeat-hooks-mistral")
@@ -53,6 +54,27 @@ def test_the_root_readme_section_runs_with_a_scripted_model() -> None:
     stop = namespace["stop"]  # read back by session id, after the session closed
     assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
     assert namespace["result"].text == stop.message == STOPPED
+
+
+@BLOCKS.cover("repeat-hooks-mistral", RETRY)
+def test_a_retried_request_continues_its_turn_in_a_new_session() -> None:
+    """The README's ``handle``: the same conversation and request id, served twice in two sessions (as by two
+    workers): the retry's calls count on, so its first call is the turn's 3rd, refused."""
+    model = ScriptedModel.replies(ToolUse("track_parcel", ARGS), ToolUse("track_parcel", ARGS), "In transit.")
+    namespace = BLOCKS.run("repeat-hooks-mistral", given={"SCRIPTED": model}, replace=SCRIPTED)
+    namespace = BLOCKS.run(RETRY, namespace=namespace)
+
+    async def twice() -> tuple[str, list[str], str, list[str]]:
+        first = await namespace["handle"]("chat-42", "request-7", "Where is FR-7731?")
+        seen = tool_messages(model.requests[-1])
+        model.script = lambda request: "Done." if calls_this_turn(request) else ToolUse("track_parcel", ARGS)
+        again = await namespace["handle"]("chat-42", "request-7", "Where is FR-7731?")
+        return first, seen, again, tool_messages(model.requests[-1])
+
+    first, seen, again, seen_again = asyncio.run(twice())
+    assert first == "In transit." and len(seen) == 2 and not any(text.startswith("Refused") for text in seen)
+    assert again == "Done."
+    assert [text[:44] for text in seen_again] == ["Refused: you already called track_parcel 2 t"], "the turn's 3rd"
 
 
 @BLOCKS.cover(DEPLOY)

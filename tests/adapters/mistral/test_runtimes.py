@@ -36,11 +36,11 @@ async def test_what_rc11_shows_of_a_stopped_turn_and_what_the_guard_keeps(carrie
         # 5 model calls: 2 calls ran, 3 were refused; the 6th model call is skipped: the turn ends.
         assert len(carrier.calls) == 2 and len(model.requests) == 5
         assert tool_messages(model.requests[-1]) == [RESULT, RESULT, REFUSAL, REFUSAL]
-        stop = await stop_of(ParcelGuard, session.session_id)
+        stop = await stop_of(session, guard=ParcelGuard)
         assert stop is not None and (stop.reason, stop.message) == (StopReason.IGNORED_REFUSALS, STOP)
         # rc11 drops a pre_llm_call skip's message: the turn comes back "completed" and empty.
         assert (result.stop_reason, result.text) == ("completed", "")
-        events = await events_of(ParcelGuard, session.session_id)
+        events = await events_of(session, guard=ParcelGuard)
         assert [(e.kind, e.reason.value, e.count) for e in events] == [
             ("refusal", "repeat", 3),
             ("refusal", "repeat", 4),
@@ -52,7 +52,7 @@ async def test_what_rc11_shows_of_a_stopped_turn_and_what_the_guard_keeps(carrie
 
         again, stop_2 = await ParcelGuard.run(session, "Check FR-7731 once more.")
         assert len(carrier.calls) == 4, "turn 2 starts a fresh count: its first two calls run"
-        assert await stop_of(ParcelGuard, session.session_id, first_turn) == stop, "turn 1's stop stays readable"
+        assert await stop_of(session, guard=ParcelGuard, turn_id=first_turn) == stop, "turn 1's stop stays readable"
         assert stop_2 == stop and again.text == STOP, "run() gives the stop and its message"
         assert tool_messages(model.requests[-1])[-4:] == [RESULT, RESULT, REFUSAL, REFUSAL]
 
@@ -80,7 +80,7 @@ async def test_two_concurrent_sessions_of_one_hook_instance_count_apart(carrier:
         assert len(requests) == 5
         assert tool_messages(requests[-1]) == [RESULT, RESULT, REFUSAL, REFUSAL]
     for session_id in (first, second):
-        stop = await stop_of(ParcelGuard, session_id)
+        stop = await stop_of(session_id, guard=ParcelGuard)
         assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
 
 
@@ -104,7 +104,7 @@ async def test_local_runtime_builds_a_hook_per_point_and_the_counts_still_add_up
     hook = CountedGuard()
     async with agent_for(model, hook).local_runtime() as bound, await bound.create_session() as session:
         result = await run_turn(session, "Keep checking FR-7731.")
-        stop = await stop_of(CountedGuard, session.session_id)
+        stop = await stop_of(session, guard=CountedGuard)
         await run_turn(session, "Check FR-7731 once more.")
 
     assert len(CountedGuard.seen - {id(hook)}) >= 2, "local_runtime() ran rebuilt hook objects"

@@ -47,10 +47,12 @@ def test_a_policy_set_in_init_is_refused_when_the_hook_is_made() -> None:
         InitGuard()
 
 
-def test_fail_closed_set_on_a_hook_object_is_refused() -> None:
+def test_fail_set_on_a_hook_object_is_refused() -> None:
     hook = ParcelGuard()
+    with pytest.raises(TypeError, match=r"class ParcelGuard\(RepeatGuardHook\): fail = 'closed'"):
+        hook.fail = "closed"  # type: ignore[misc]
     with pytest.raises(TypeError, match=r"class ParcelGuard\(RepeatGuardHook\): fail_closed = True"):
-        hook.fail_closed = True  # type: ignore[misc]
+        hook.fail_closed = True
 
 
 def test_a_policy_passed_to_the_constructor_is_refused() -> None:
@@ -84,7 +86,7 @@ def test_a_misspelt_setting_or_a_policy_under_another_name_is_refused() -> None:
 
 
 def test_a_setting_of_the_wrong_type_is_refused() -> None:
-    with pytest.raises(TypeError, match=r"policy must be a repeat_hooks\.Policy"):
+    with pytest.raises(TypeError, match=r"Wrong takes a repeat_hooks\.Policy, not str"):
 
         class Wrong(RepeatGuardHook):
             policy = "max_calls=2"  # type: ignore[assignment]
@@ -94,8 +96,9 @@ def test_a_setting_of_the_wrong_type_is_refused() -> None:
         class Closed(RepeatGuardHook):
             fail_closed = "yes"  # type: ignore[assignment]
 
-    with pytest.raises(TypeError, match=r"store must be a repeat_hooks\.StateStore"):
+    with pytest.raises(TypeError, match=r"takes a repeat_hooks StateStore .*not dict .*class body of ParcelGuard"):
         ParcelGuard.store = {}  # type: ignore[assignment]
+    assert isinstance(ParcelGuard.store, MemoryStore) and ParcelGuard.core.store is ParcelGuard.store
 
 
 def test_the_hook_object_may_still_hold_what_the_sdk_gives_it(agent_for: Any) -> None:
@@ -132,7 +135,7 @@ async def test_a_subclass_with_a_budget_binds_what_its_policy_needs(carrier: Any
     model = ScriptedModel.keep_calling("track_parcel", FR)
     async with await agent_for(model, Budgeted()).create_session() as session:
         await run_turn(session, "Keep checking FR-7731.")
-        stop = await stop_of(Budgeted, session.session_id)
+        stop = await stop_of(session, guard=Budgeted)
 
     assert len(model.requests) == 2
     assert stop is not None and stop.reason is StopReason.MAX_STEPS
@@ -176,7 +179,7 @@ async def test_an_override_calling_super_reaches_the_guard_at_any_depth(
     model = ScriptedModel.keep_calling("track_parcel", FR)
     async with await agent_for(model, guard_class()).create_session() as session:
         result = await run_turn(session, "Keep checking FR-7731.")
-        stop = await stop_of(guard_class, session.session_id)
+        stop = await stop_of(session, guard=guard_class)
 
     assert len(carrier.calls) == 2
     assert len(model.requests) == 5, "3 refusals, then the override's super() ended the turn"

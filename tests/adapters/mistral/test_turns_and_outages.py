@@ -8,11 +8,12 @@ from typing import Any, TypeVar
 
 import pytest
 from mistralai.agents import agents
-from repeat_hooks_mistral import STORE_DOWN_STOP, RepeatGuardHook, StoreDownStop, events_of, stop_of
+from repeat_hooks_mistral import RepeatGuardHook, events_of, stop_of
 from repeat_hooks_mistral.settings import hook_points
 from repeat_hooks_mistral.testing import ScriptedModel, ToolUse, run_turn, tool_messages
 
 from repeat_hooks import GuardState, MemoryStore, Policy, StopReason, ToolCall
+from repeat_hooks.messages import STORE_DOWN_STOP
 from repeat_hooks.stores.redis import RedisStore, StoreUnavailable
 
 T = TypeVar("T")
@@ -55,7 +56,7 @@ async def test_with_the_default_builtins_a_direct_tool_call_never_reaches_the_gu
     agent = agent_for(model, ParcelGuard(), builtins=agents.Builtins())
     async with await agent.create_session() as session:
         await run_turn(session, "Keep checking FR-7731.")
-        events = await events_of(ParcelGuard, session.session_id)
+        events = await events_of(session, guard=ParcelGuard)
 
     offered = [tool.function.name for tool in model.requests[0].tools or []]
     assert "track_parcel" not in offered and "run_typescript" in offered
@@ -81,27 +82,28 @@ async def test_a_hung_redis_costs_one_timeout_and_the_fail_closed_stop_is_readab
     class HungGuard(RepeatGuardHook):
         policy = Policy(match="tool", max_calls=2, max_refusals=3)
         store = RedisStore.from_url(hung_redis.url, timeout=0.2)
-        fail_closed = True
+        fail = "closed"
 
     model = ScriptedModel.keep_calling("track_parcel", FR)
     try:
-        with caplog.at_level(logging.ERROR, logger="repeat_hooks_mistral"):
+        with caplog.at_level(logging.ERROR, logger="repeat_hooks"):
             async with await agent_for(model, HungGuard()).create_session() as session:
                 result = await run_turn(session, "Keep checking FR-7731.")
-                stop = await stop_of(HungGuard, session.session_id)
-                this_turn = await stop_of(HungGuard, session.session_id, stop.turn_id if stop else None)
+                stop = await stop_of(session, guard=HungGuard)
+                turns = session.state.turns
+                assert turns is not None
+                this_turn = await stop_of(session, guard=HungGuard, turn_id=turns.items[-1].id)
                 connections = len(hung_redis.connections)
                 with pytest.raises(StoreUnavailable):
-                    await events_of(HungGuard, session.session_id)  # only the stop is kept in memory
+                    await events_of(session, guard=HungGuard)  # only the stop is kept in memory
             with pytest.raises(StoreUnavailable):
-                await stop_of(HungGuard, "a-session-this-process-did-not-end")
+                await stop_of("a-session-this-process-did-not-end", guard=HungGuard)
     finally:
         await HungGuard.store.aclose()  # type: ignore[attr-defined]
 
     assert model.requests == [] and carrier.calls == [], "the first model call was skipped: the turn ended"
     assert (result.stop_reason, result.text) == ("completed", "")
-    assert isinstance(stop, StoreDownStop)
-    assert (stop.reason, stop.message) == ("store_unavailable", STORE_DOWN_STOP)
+    assert stop is not None and (stop.reason, stop.message) == (StopReason.STORE_UNAVAILABLE, STORE_DOWN_STOP)
     assert this_turn == stop
     # One hook call, one request, no retry after its timeout (a retry would open a 2nd connection);
     # stop_of read the stop without asking the store.
@@ -128,7 +130,7 @@ class SwitchStore(MemoryStore):
 class SwitchGuard(RepeatGuardHook):
     policy = Policy(match="tool", max_calls=2, max_refusals=3)
     store = SwitchStore()
-    fail_closed = True
+    fail = "closed"
 
 
 async def test_once_the_store_is_back_the_stored_state_says_what_happened(carrier: Any, agent_for: Any) -> None:
@@ -139,16 +141,19 @@ async def test_once_the_store_is_back_the_stored_state_says_what_happened(carrie
         store.down = True
         try:
             await run_turn(session, "Where is FR-7731?")
-            down = await stop_of(SwitchGuard, session.session_id)
+            down = await stop_of(session, guard=SwitchGuard)
+            turns = session.state.turns
+            assert turns is not None
+            first_turn = turns.items[-1].id
         finally:
             store.down = False
         second = await run_turn(session, "And now?")
-        after = await stop_of(SwitchGuard, session.session_id)
+        after = await stop_of(session, guard=SwitchGuard)
 
-    assert isinstance(down, StoreDownStop)
+    assert down is not None and down.reason is StopReason.STORE_UNAVAILABLE
     assert second.text == "FR-7731 is in transit."
     assert after is None, "turn 2 ran on a working store: no stop"
-    assert down.turn_id is not None and await stop_of(SwitchGuard, session.session_id, down.turn_id) is None
+    assert await stop_of(session, guard=SwitchGuard, turn_id=first_turn) is None, "the store never kept that stop"
 
 
 class KeyedGuard(RepeatGuardHook):

@@ -6,7 +6,7 @@ import itertools
 from typing import Any
 
 import pytest
-from agents import Agent, Runner, function_tool
+from agents import Agent, Runner, ToolOutputText, function_tool
 from repeat_hooks_openai_agents import GuardState, StopReason, TokenPrices, guard_agent
 from repeat_hooks_openai_agents.testing import ScriptedModel, tool_call
 
@@ -153,3 +153,25 @@ async def test_malformed_arguments_never_crash_the_guard(carrier: Any, arguments
     assert str(model.outputs_received(3)["call_3"]).startswith("Refused:")
     assert model.calls == 5
     assert result.final_output == guard.turn.stop.message  # type: ignore[union-attr]
+
+
+async def test_is_failure_is_asked_about_what_the_model_reads() -> None:
+    @function_tool
+    def track_parcel(tracking_number: str) -> ToolOutputText:
+        """Where the parcel is now."""
+        return ToolOutputText(text="ERROR: carrier down")
+
+    asked: list[Any] = []
+
+    def is_failure(view: Any) -> bool:
+        asked.append(view)
+        return "ERROR" in str(view)
+
+    model = ScriptedModel(*[[tool_call("track_parcel", {"tracking_number": "FR-7731"}, f"c{i}")] for i in range(2)])
+    agent = guard_agent(Agent(name="p", model=model, tools=[track_parcel]), is_failure=is_failure)
+    state = GuardState()
+
+    await Runner.run(agent, "Track FR-7731", context=state)
+
+    assert asked[0] == [{"type": "input_text", "text": "ERROR: carrier down"}]  # the Responses item the model gets
+    assert state.turn.errors_in_a_row == 2 and state.turn.last_failed == "track_parcel"

@@ -8,12 +8,24 @@ instead.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 from agents import Agent, ModelBehaviorError, RunConfig, Runner
 from repeat_hooks_openai_agents import GuardState, guard_agent
 from repeat_hooks_openai_agents.testing import UNSUPPORTED, Driver, ScriptedModel, kit_tool, message, tool_call
 
-from repeat_hooks.kit.conformance import SCENARIOS, Scenario, ToolBox, check, scenario
+from repeat_hooks.kit.conformance import (
+    RETRIED,
+    SCENARIOS,
+    Scenario,
+    ToolBox,
+    check,
+    check_retried,
+    run_retried,
+    scenario,
+)
 
 SUPPORTED = [item for item in SCENARIOS if item.name not in UNSUPPORTED]
 
@@ -65,3 +77,35 @@ async def test_sdk_behaviour_a_call_id_reused_across_responses_runs_once_and_is_
     assert box.runs == {"track_parcel": 1}
     assert list(state.turn.counts.values()) == [1] and state.turn.refusals == 0
     assert result.final_output == "done" and model.calls == 5
+
+
+def test_a_turn_retried_after_a_crash_runs_no_write_again(tmp_path: Path) -> None:
+    """Two processes, one conversation in a SQLiteStore: the first dies right after placing the order, the retry
+    (the same conversation and turn ids, through ``repeat_hooks.kit.request``) refuses to place it again."""
+    code, outcome, box = run_retried("repeat_hooks_openai_agents.testing:Driver", RETRIED, tmp_path)
+    check_retried(RETRIED, code, outcome, box)
+    assert outcome.seen[1].startswith("Refused: place_order")
+
+
+async def test_sdk_behaviour_agents_run_as_tools_at_once_count_in_the_outer_turn() -> None:
+    # The SDK's one construct running agents at once: tools of another agent, called in one response. Each nested
+    # run shares the outer run's context and Usage, so the three branches' calls are the one turn's: 3rd refused.
+    case = scenario("isolated_branches_count_apart")
+    box = ToolBox(case)
+    tools = [kit_tool(tool, box) for tool in case.tools]
+
+    def branch(n: int) -> Any:
+        model = ScriptedModel([tool_call("track_parcel", {"query": "FR-7731"}, f"b{n}")], [message("done")])
+        agent = guard_agent(Agent(name=f"branch_{n}", tools=tools, model=model), case.policy)
+        return agent.as_tool(tool_name=f"ask_branch_{n}", tool_description="Ask one branch.")
+
+    model = ScriptedModel([tool_call(f"ask_branch_{n}", {"input": "go"}, f"o{n}") for n in range(3)], [message("done")])
+    state = GuardState()
+    orchestrator = guard_agent(
+        Agent(name="orchestrator", tools=[branch(n) for n in range(3)], model=model), case.policy
+    )
+
+    result = await Runner.run(orchestrator, "Where is FR-7731?", context=state)
+
+    assert result.final_output == "done" and box.runs == {"track_parcel": 2}
+    assert state.turn.number == 1 and state.turn.refusals == 1

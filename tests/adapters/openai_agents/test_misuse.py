@@ -33,13 +33,13 @@ from openai.types.responses.response_function_web_search import ActionSearch
 from repeat_hooks_openai_agents import (
     GuardSetupError,
     GuardState,
-    MissingGuard,
     Policy,
     TokenPrices,
     context_deserializer,
     context_serializer,
     guard_agent,
 )
+from repeat_hooks_openai_agents.guard import MissingGuard
 from repeat_hooks_openai_agents.testing import ScriptedModel, keep_calling, message, tool_call
 
 import repeat_hooks
@@ -358,3 +358,26 @@ async def test_a_state_restored_without_context_deserializer_says_to_pass_it(car
         state.approve(item)
     resumed = await Runner.run(agent, state)
     assert notified == ["Still looking"] and resumed.final_output == "Done."
+
+
+def test_the_names_0_3_took_out_of_the_front_door_warn_and_still_work() -> None:
+    import repeat_hooks_openai_agents as package
+    from repeat_hooks_openai_agents import calls, guard, state
+
+    for name, home in [
+        ("MissingGuard", guard),
+        ("EndTurn", guard),
+        ("RefuseRepeats", guard),
+        ("RecordOutcome", guard),
+        ("AskUnlessRefused", guard),
+        ("require_state", guard),
+        ("find_state", state),
+        ("GUARD_ATTRIBUTE", state),
+        ("model_view", calls),
+        ("is_sdk_error", calls),
+    ]:
+        with pytest.warns(DeprecationWarning, match=rf"repeat_hooks_openai_agents\.{name} is deprecated: use "):
+            assert getattr(package, name) is getattr(home, name)
+    with pytest.raises(AttributeError, match="McpHints is gone: hints travel on ToolCall"):
+        package.McpHints  # noqa: B018
+    assert len(package.__all__) <= 14

@@ -19,6 +19,7 @@ from repeat_hooks_openai_agents import GuardState, guard_agent
 from repeat_hooks_openai_agents.testing import ScriptedModel, keep_calling
 from support.telemetry import totals
 
+from repeat_hooks.kit import request
 from repeat_hooks.observe.otel import REFUSAL_EVENT, STOP_EVENT, RepeatHooksInstrumentor
 
 PARCEL = "MARKER-FR-7731"
@@ -76,3 +77,21 @@ async def test_refusals_and_the_stop_are_events_on_the_applications_span(carrier
     counted = totals(reader)
     assert (counted["repeat_hooks.calls.refused"], counted["repeat_hooks.turns.stopped"]) == (3, 1)
     assert "MARKER" not in json.dumps(events)
+
+
+async def test_the_events_name_the_conversation_the_caller_named(carrier: Any) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    model = ScriptedModel(then=keep_calling("track_parcel", {"tracking_number": PARCEL}))
+    agent = guard_agent(Agent(name="parcel-tracker", model=model, tools=[carrier.tool]), clock=None, **SEED_004)
+    RepeatHooksInstrumentor().instrument(tracer_provider=provider, meter_provider=MeterProvider())
+    try:
+        with provider.get_tracer("app").start_as_current_span("handle_request"), request(conversation_id="chat-9"):
+            await Runner.run(agent, "Keep checking the parcel", context=GuardState())
+    finally:
+        RepeatHooksInstrumentor().uninstrument()
+
+    (span,) = exporter.get_finished_spans()
+    named = [dict(event.attributes or {}).get("gen_ai.conversation.id") for event in span.events]
+    assert named == ["chat-9"] * 4  # three refusals and the stop

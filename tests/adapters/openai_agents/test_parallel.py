@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 from agents import Agent, Runner, function_tool
-from repeat_hooks_openai_agents import GuardState, MissingGuard, guard_agent
+from repeat_hooks_openai_agents import GuardState, guard_agent
+from repeat_hooks_openai_agents.guard import MissingGuard
 from repeat_hooks_openai_agents.testing import ScriptedModel, keep_calling, tool_call
 
 STOPPED = "I stopped: I kept calling track_parcel, and its result would not change in this turn. Ask me again later."

@@ -16,6 +16,7 @@ BLOCKS = Blocks.owned_by(__file__)
 ARGS = {"tracking_number": "FR-7731"}
 QUICK_START = "repeat-hooks-openai-agents"
 SETTINGS = "repeat-hooks-openai-agents [2]"
+STORE = "With a store: several processes, one conversation"
 ROOT_SECTION = "OpenAI Agents SDK (`repeat-hooks-openai-agents`)"
 
 
@@ -46,6 +47,18 @@ def test_the_quick_start_and_the_settings_run_as_written(capsys: pytest.CaptureF
     with pytest.raises(RepeatGuardStopped) as stopped:
         asyncio.run(Runner.run(agent, "Keep checking FR-7731", context=GuardState()))
     assert stopped.value.stop.reason is StopReason.IGNORED_REFUSALS
+
+
+@BLOCKS.cover(QUICK_START, STORE)
+def test_the_store_block_runs_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    namespace = BLOCKS.run(QUICK_START)
+    capsys.readouterr()
+
+    BLOCKS.run(STORE, namespace=namespace)
+
+    assert capsys.readouterr().out.startswith("I stopped: I kept calling track_parcel")
+    state = asyncio.run(namespace["store"].load("chat-42"))
+    assert state is not None and state.turn.id == "req-1" and state.turn.refusals == 3
 
 
 @BLOCKS.cover(ROOT_SECTION)

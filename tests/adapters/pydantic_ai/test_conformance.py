@@ -3,13 +3,29 @@ straight through and with every turn paused at a tool step and resumed."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import repeat_hooks_pydantic_ai
 from pydantic_ai.exceptions import UnexpectedModelBehavior
 from repeat_hooks_pydantic_ai.testing import UNSUPPORTED, Driver
 
-from repeat_hooks.kit.conformance import SCENARIOS, Scenario, ToolBox, check, scenario
+import repeat_hooks
+from repeat_hooks import MemoryStore
+from repeat_hooks.kit.conformance import (
+    RETRIED,
+    SCENARIOS,
+    Scenario,
+    ToolBox,
+    check,
+    check_retried,
+    run_retried,
+    scenario,
+)
 
 SUPPORTED = [item for item in SCENARIOS if item.name not in UNSUPPORTED]
+PATH = [str(Path(module.__file__ or "").parents[1]) for module in (repeat_hooks, repeat_hooks_pydantic_ai)]
+"""Where the two processes of ``run_retried`` import the core and this adapter from."""
 
 
 @pytest.mark.parametrize("case", SUPPORTED, ids=lambda item: item.name)
@@ -43,3 +59,19 @@ def test_one_call_id_for_different_calls_is_refused_by_pydantic_ai_itself() -> N
     with pytest.raises(UnexpectedModelBehavior, match=r"unique `tool_call_id`.*\['call_0'\]"):
         Driver().run(case, box)
     assert box.runs == {"track_parcel": 0}
+
+
+@pytest.mark.parametrize("pause_after", [None, 2])
+@pytest.mark.parametrize("case", SUPPORTED, ids=lambda item: item.name)
+def test_conformance_with_the_states_in_a_store(case: Scenario, pause_after: int | None) -> None:
+    """``RepeatGuard(store=MemoryStore())``: the counts live in the store, and a resumed turn reads them there
+    instead of rebuilding them from the history; every scenario ends as it does without a store."""
+    box = ToolBox(case)
+    check(case, box, Driver(pause_after=pause_after, store=MemoryStore()).run(case, box))
+
+
+def test_a_turn_retried_after_a_crash_runs_no_write_again(tmp_path: Path) -> None:
+    """Two processes, one ``SQLiteStore``: the first dies inside ``place_order``; the retry (the same
+    ``conversation_id`` and ``run_id``) tracks again, its count going on, and the order is refused."""
+    code, outcome, box = run_retried("repeat_hooks_pydantic_ai.testing:Driver", RETRIED, tmp_path, path=PATH)
+    check_retried(RETRIED, code, outcome, box)

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from pai_parcels import Carrier, guarded
 from pydantic_ai import ModelRetry, Tool, ToolFailed
+from pydantic_ai.messages import ToolReturn
 from repeat_hooks_pydantic_ai import RepeatGuard, refusals_of, stop_of
 from repeat_hooks_pydantic_ai.testing import steps
 
@@ -81,6 +82,34 @@ async def test_an_error_result_counts_as_a_failure_with_is_failure(carrier: Carr
     stop = stop_of(result)
     assert stop is not None and stop.reason is StopReason.TOO_MANY_ERRORS
     assert outage.calls == ["L-0", "L-1", "L-2"]
+
+
+async def test_is_failure_reads_what_the_model_reads_and_one_that_raises_counts_a_failure(carrier: Carrier) -> None:
+    """``is_failure`` gets a ``ToolReturn``'s ``return_value`` (what the model reads), never the ``ToolReturn``;
+    an ``is_failure`` that raises counts the call as failed (and is logged)."""
+    seen: list[Any] = []
+
+    def failed(view: Any) -> bool:
+        seen.append(view)
+        return str(view).startswith("ERROR")
+
+    def label(parcel_id: str) -> ToolReturn[str]:
+        """Buy a label."""
+        return ToolReturn(f"ERROR no label for {parcel_id}", metadata={"raw": 500})
+
+    model_script = steps(*[[("label", {"parcel_id": f"FR-{n}"})] for n in range(10)])
+    agent, _ = guarded(model_script, carrier, ERRORS, tools=[Tool(label)], guard=RepeatGuard(ERRORS, is_failure=failed))
+    stop = stop_of(await agent.run("Labels"))
+    assert stop is not None and stop.reason is StopReason.TOO_MANY_ERRORS
+    assert seen == ["ERROR no label for FR-0", "ERROR no label for FR-1", "ERROR no label for FR-2"]
+
+    def broken(view: Any) -> bool:
+        raise ValueError("a bug in the caller's check")
+
+    guard = RepeatGuard(ERRORS, is_failure=broken)
+    agent, _ = guarded(steps(*[[("track_parcel", {"parcel_id": f"FR-{n}"})] for n in range(10)]), carrier, guard=guard)
+    stop = stop_of(await agent.run("Track"))
+    assert stop is not None and stop.reason is StopReason.TOO_MANY_ERRORS
 
 
 async def test_an_exception_reaches_the_caller_unchanged(carrier: Carrier) -> None:

@@ -12,6 +12,7 @@ from pai_parcels import SEED_004, Carrier, guarded
 from pydantic_ai import Agent, UsageLimits
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import UsageLimitExceeded, UserError
+from pydantic_ai.tools import ToolDefinition
 from repeat_hooks_pydantic_ai import GuardSetupError, RepeatGuard, TokenPrices, stop_of
 from repeat_hooks_pydantic_ai.testing import ScriptedModel, keep_calling, steps
 
@@ -202,3 +203,29 @@ async def test_hooks_on_the_agents_own_instance_fail_loudly() -> None:
     guard = RepeatGuard(SEED_004)
     with pytest.raises(GuardSetupError, match="for_run"):
         await guard.before_model_request(None, None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "spelling"),
+    [
+        ("GUARD_NAME", "repeat_hooks_pydantic_ai.state.GUARD_NAME"),
+        ("FailureCheck", "repeat_hooks.kit.FailureCheck"),
+        ("accepts_text", "repeat_hooks_pydantic_ai.guard.accepts_text"),
+        ("tool_hints", "repeat_hooks.kit.hints"),
+        ("read_only_hint", "repeat_hooks.kit.hints"),
+    ],
+)
+def test_the_names_dropped_from_all_still_import_with_a_warning_naming_the_new_spelling(
+    name: str, spelling: str
+) -> None:
+    import repeat_hooks_pydantic_ai
+
+    with pytest.warns(DeprecationWarning, match=rf"repeat_hooks_pydantic_ai\.{name} is deprecated: use {spelling}"):
+        value = getattr(repeat_hooks_pydantic_ai, name)
+    if name == "GUARD_NAME":
+        assert value == "repeat-hooks"
+    if name in ("tool_hints", "read_only_hint"):
+        tool = ToolDefinition(name="track", metadata={"annotations": {"readOnlyHint": True, "destructiveHint": None}})
+        assert value(tool) == ({"read_only": True} if name == "tool_hints" else True)
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        repeat_hooks_pydantic_ai.nothing  # noqa: B018

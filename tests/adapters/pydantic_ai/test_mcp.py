@@ -23,6 +23,8 @@ from repeat_hooks_pydantic_ai.testing import ScriptedModel, keep_calling, steps
 
 from repeat_hooks import GuardState, Policy, Refusal, RefusalKind, StopReason, ToolCall
 
+INIT = 60.0
+"""Seconds a stdio server may take to start (pydantic-ai's default, 5, is too short on a loaded machine)."""
 SERVER = textwrap.dedent(
     """
     import sys
@@ -81,7 +83,7 @@ def carrier_server(tmp_path: Path) -> tuple[MCPToolset[Any], Path]:
     script, log = tmp_path / "carrier_server.py", tmp_path / "reached.log"
     script.write_text(SERVER)
     log.touch()
-    return MCPToolset(StdioTransport(command=sys.executable, args=[str(script), str(log)])), log
+    return MCPToolset(StdioTransport(command=sys.executable, args=[str(script), str(log)]), init_timeout=INIT), log
 
 
 async def test_read_only_hints_reach_the_core(tmp_path: Path) -> None:
@@ -216,7 +218,7 @@ async def test_a_fresh_request_id_in_meta_is_not_progress(tool: str, tmp_path: P
     """
     transport, log = fresh_meta_server(tmp_path)
     model = ScriptedModel(keep_calling(tool, {"parcel_id": "FR-7731"}))
-    agent = Agent(model, toolsets=[MCPToolset(transport)], capabilities=[RepeatGuard(Policy())])
+    agent = Agent(model, toolsets=[MCPToolset(transport, init_timeout=INIT)], capabilities=[RepeatGuard(Policy())])
     result = await agent.run("Keep checking FR-7731")
 
     reached = "track FR-7731" if tool == "track_parcel" else "show FR-7731"

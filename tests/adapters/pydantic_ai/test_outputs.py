@@ -126,9 +126,19 @@ async def test_on_stop_raise_raises_with_the_stop_reason_like_usage_limits(outpu
     assert carrier.calls == ["FR-7731"] * 2 and model.calls == 5
 
 
-def test_on_stop_takes_output_or_raise() -> None:
-    with pytest.raises(TypeError, match=r'on_stop=\.\.\.\) is "output" or "raise", not \'exception\''):
+def test_on_stop_takes_reply_or_raise() -> None:
+    with pytest.raises(TypeError, match=r"on_stop=\.\.\.\) is 'reply' or 'raise', not 'exception'"):
         RepeatGuard(on_stop="exception")  # type: ignore[arg-type]
+
+
+async def test_on_stop_output_warns_naming_reply_and_still_works(carrier: Carrier) -> None:
+    with pytest.warns(DeprecationWarning, match=r'on_stop="output"\) is deprecated: use on_stop="reply"'):
+        guard = RepeatGuard(SEED_004, on_stop="output")
+    assert guard.core.on_stop == "reply"
+    agent, _ = guarded(STUCK, carrier, guard=guard)
+    result = await agent.run("Keep checking FR-7731")
+    stop = stop_of(result)
+    assert stop is not None and result.output == stop.message
 
 
 def test_a_sync_run_raises_the_same(carrier: Carrier) -> None:

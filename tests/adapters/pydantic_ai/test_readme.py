@@ -3,6 +3,9 @@ section of the root README) run as written, the model a scripted one (no key her
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 from pai_parcels import Carrier
 from readme_blocks import Blocks
@@ -12,6 +15,7 @@ from repeat_hooks_pydantic_ai.testing import ScriptedModel, keep_calling
 BLOCKS = Blocks.owned_by(__file__)
 QUICK_START, RAISE, APPROVALS, SPEC = "Quick start", "How it works", "How it works [2]", "How it works [3]"
 TEMPORAL = "Durable execution (Temporal)"
+STORE = "Where the state lives: `store=`"
 ROOT_SECTION = "pydantic-ai (`repeat-hooks-pydantic-ai`)"
 
 
@@ -33,6 +37,17 @@ def test_the_readme_blocks_run_in_order(capsys: pytest.CaptureFixture[str]) -> N
     agent = namespace["agent"]
     assert type(agent).__name__ == "Agent"
     assert len(printed) == 6
+
+
+@BLOCKS.cover(STORE)
+def test_the_store_block_keeps_the_counts_in_the_store(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    database = tmp_path / "states.db"
+    namespace = BLOCKS.run(QUICK_START, STORE, replace={'"guard-states.db"': repr(str(database))})
+
+    assert capsys.readouterr().out.splitlines()[-1] == "ignored_refusals"
+    saved = asyncio.run(namespace["guard"].core.store.load("conv-42"))
+    assert saved is not None and saved.turn.id == "request-7" and saved.turn.refusals == 3
+    assert database.exists()
 
 
 @BLOCKS.cover(ROOT_SECTION)

@@ -30,7 +30,7 @@ from repeat_hooks_pydantic_ai import RepeatGuard, RepeatGuardStopped, refusals_o
 from repeat_hooks_pydantic_ai.state import TURN_KEY
 from repeat_hooks_pydantic_ai.testing import ScriptedModel, answer, keep_calling, steps
 
-from repeat_hooks import Policy, RefusalKind, StopReason
+from repeat_hooks import MemoryStore, Policy, RefusalKind, StopReason
 
 PARCEL = {"parcel_id": "FR-7731"}
 REFUND = ("refund", {"order": "A-1"})
@@ -350,13 +350,16 @@ async def test_progress_is_rebuilt_from_the_results_the_model_read(carrier: Carr
     assert stop_of(resumed) is not None
 
 
-async def test_a_call_a_person_edits_is_decided_on_its_new_arguments() -> None:
+@pytest.mark.parametrize("store", [None, "memory"])
+async def test_a_call_a_person_edits_is_decided_on_its_new_arguments(store: str | None) -> None:
     """Approved with other arguments (``override_args``), the edited refund is what ran and what counts: the
     model's later refund of the same order is refused without asking; the original call, which the person
-    edited away, did not run but counts as rejected (``Policy.record_rejection``), so it is refused too."""
+    edited away, did not run but counts as rejected (``Policy.record_rejection``), so it is refused too. The
+    same with the counts in a store (the resumed run reads them there, the edit found in the history)."""
     refunds = Refunds()
     script = steps([REFUND], [("refund", {"order": "B-2"})], [REFUND], "Done.")
-    agent, model = refunds.agent(script, Policy(max_calls=1, count="per_turn"))
+    keep = {"store": MemoryStore()} if store else {}
+    agent, model = refunds.agent(script, Policy(max_calls=1, count="per_turn"), **keep)
     first = await agent.run("Refund A-1")
     assert isinstance(first.output, DeferredToolRequests)
     edited = DeferredToolResults(approvals={"call_0_0": ToolApproved(override_args={"order": "B-2"})})
@@ -366,6 +369,20 @@ async def test_a_call_a_person_edits_is_decided_on_its_new_arguments() -> None:
     assert refunds.sent == ["B-2"]
     assert model.tool_returns(1) == ["B-2 refunded"]
     assert model.tool_returns(2)[0].startswith("Refused") and model.tool_returns(3)[0].startswith("Refused")
+
+
+@pytest.mark.parametrize("store", [None, "memory"])
+async def test_the_call_a_person_edited_away_counts_as_rejected(store: str | None) -> None:
+    """A refund edited from A-1 to B-2: A-1 never ran, and counts as a rejected call (the same whether the counts
+    live in the run's messages or in a store): the model asking for A-1 again is refused as rejected."""
+    refunds = Refunds()
+    keep = {"store": MemoryStore()} if store else {}
+    agent, _ = refunds.agent(steps([REFUND], [REFUND], "Done."), Policy(max_calls=1, read_only={"refund"}), **keep)
+    first = await agent.run("Refund A-1")
+    edited = DeferredToolResults(approvals={"call_0_0": ToolApproved(override_args={"order": "B-2"})})
+    second = await agent.run(message_history=first.all_messages(), deferred_tool_results=edited)
+    assert refunds.sent == ["B-2"] and second.output == "Done."
+    assert [refusal.reason for _, refusal in refusals_of(second)] == [RefusalKind.REJECTED]
 
 
 async def test_a_streamed_turn_is_found_though_its_final_response_is_not_stamped(carrier: Carrier) -> None:

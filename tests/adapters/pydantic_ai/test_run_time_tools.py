@@ -31,6 +31,8 @@ from support import MCP_CARRIER
 
 from repeat_hooks import GuardSetupError
 
+INIT = 60.0
+"""Seconds a stdio server may take to start (pydantic-ai's default, 5, is too short on a loaded machine)."""
 FR1 = ("track_parcel", {"tracking_number": "FR-1"})
 
 
@@ -41,7 +43,7 @@ def carrier(tmp_path: Path) -> tuple[MCPToolset[Any], Path]:
     transport = StdioTransport(
         command=sys.executable, args=[str(MCP_CARRIER), "track_parcel"], env={**os.environ, "CARRIER_LOG": str(log)}
     )
-    return MCPToolset(transport), log
+    return MCPToolset(transport, init_timeout=INIT), log
 
 
 def connect_carrier() -> str:
@@ -103,8 +105,8 @@ async def test_check_tools_false_lets_a_later_tool_through_and_its_limit_holds(t
 
 
 def test_check_tools_is_a_spec_setting() -> None:
-    assert RepeatGuard.from_spec(check_tools=False, max_calls=2).check_tools is False
-    assert RepeatGuard().check_tools is True
+    assert RepeatGuard.from_spec(check_tools=False, max_calls=2).core.check_tools is False
+    assert RepeatGuard().core.check_tools is True
 
 
 # -- tools a prepare function hides at the first request -------------------------------------------------

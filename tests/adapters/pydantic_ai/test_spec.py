@@ -53,15 +53,15 @@ def test_a_policy_mapping_a_cost_and_on_stop() -> None:
     }
     guard = guard_of(Agent.from_spec(spec, custom_capability_types=[RepeatGuard], model="test"))
     assert guard.policy == Policy(max_cost_usd=0.5, limits={"refund": 1})
-    assert guard.cost == TokenPrices(3, 15)
-    assert guard.on_stop == "raise"
+    assert guard.core.cost == TokenPrices(3, 15)
+    assert guard.core.on_stop == "raise"
 
 
 def test_a_yaml_agent_file(tmp_path: Path, carrier: Carrier) -> None:
     path = tmp_path / "agent.yaml"
     path.write_text("capabilities:\n  - RepeatGuard: {match: tool, max_calls: 2, max_refusals: 3, on_stop: raise}\n")
     agent = Agent.from_file(path, custom_capability_types=[RepeatGuard], model=ScriptedModel(STUCK))
-    assert guard_of(agent).on_stop == "raise"
+    assert guard_of(agent).core.on_stop == "raise"
     assert guard_of(agent).policy.max_refusals == 3
 
 

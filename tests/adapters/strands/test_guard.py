@@ -51,7 +51,9 @@ def test_a_new_turn_counts_afresh_and_its_stop_is_its_own(carrier: Carrier) -> N
     assert str(result).strip() == STOPPED
     state = read_state(agent)
     assert state.turn.number == 2 and state.turn.id != first
-    assert stop_of(agent, first) == stop_of(agent)  # both turns stopped the same way
+    assert stop_of(agent, turn_id=first) == stop_of(agent)  # both turns stopped the same way
+    with pytest.deprecated_call(match=r"use stop_of\(agent, turn_id=\.\.\.\)"):
+        assert stop_of(agent, first) == stop_of(agent)  # type: ignore[arg-type]  # the 0.2 spelling
     assert [e.turn_id for e in state.events if e.kind == "stop"] == [first, state.turn.id]
 
 

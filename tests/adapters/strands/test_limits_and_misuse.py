@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import logging
 
 import pytest
-from repeat_hooks_strands import STOP_KEY, RepeatGuardHooks, read_state
+from repeat_hooks_strands import STOP_KEY, RepeatGuardHooks, read_state, stop_of
 from repeat_hooks_strands.testing import ScriptedModel, keep_calling, tool_use
 from strands import Agent
 
-from repeat_hooks import GuardSetupError, Policy, StateCorrupt, StopRepeatedCalls, TokenPrices
+from repeat_hooks import GuardSetupError, Policy, StateCorrupt, StopReason, StopRepeatedCalls, TokenPrices
 from repeat_hooks.kit import usage_tokens
 
 from .conftest import ARGS, SEED_004, Carrier, looping_agent, model_of
@@ -174,10 +175,28 @@ def test_a_tool_name_that_matches_no_tool_fails_at_the_first_model_call(carrier:
     assert carrier.calls == ["FR-7731", "FR-7731"]
 
 
-def test_a_corrupt_state_is_reported_not_guessed(carrier: Carrier) -> None:
-    agent = looping_agent(carrier)
-    agent.state.set("repeat_hooks", {"turn": "nonsense"})
+def test_a_corrupt_state_is_an_outage_that_names_the_key(carrier: Carrier, caplog: pytest.LogCaptureFixture) -> None:
+    """A foreign value under the state key is no guard state: the guard never guesses counts. It logs where (and to
+    delete it), and ``fail`` decides: ``"closed"`` ends the turn before any model call, ``"open"`` lets it run."""
+    closed = looping_agent(carrier, RepeatGuardHooks(SEED_004, fail="closed"))
+    closed.state.set("repeat_hooks", {"turn": "nonsense"})
 
+    with caplog.at_level(logging.ERROR, logger="repeat_hooks"):
+        result = closed("Where is FR-7731?")
+
+    assert model_of(closed).calls == 0 and carrier.calls == []
+    stop = stop_of(result)
+    assert stop is not None and stop.reason is StopReason.STORE_UNAVAILABLE and str(result).strip() == stop.message
+    assert "agent.state['repeat_hooks']" in caplog.text and "delete it" in caplog.text
     with pytest.raises(StateCorrupt, match=r"agent\.state\['repeat_hooks'\].*delete it"):
-        agent("Where is FR-7731?")
-    assert carrier.calls == []
+        stop_of(closed)
+
+    opened = Agent(
+        model=ScriptedModel([tool_use("track_parcel", ARGS)], "In transit."),
+        tools=[carrier.tool],
+        hooks=[RepeatGuardHooks(SEED_004)],
+        callback_handler=None,
+    )
+    opened.state.set("repeat_hooks", {"turn": "nonsense"})
+
+    assert str(opened("Where is FR-7731?")).strip() == "In transit." and carrier.calls == ["FR-7731"]

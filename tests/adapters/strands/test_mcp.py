@@ -11,11 +11,14 @@ from typing import Any
 
 import pytest
 from mcp import StdioServerParameters, stdio_client
-from repeat_hooks_strands import STOP_KEY, RepeatGuardHooks, hints, tool_call
+from repeat_hooks_strands import STOP_KEY, RepeatGuardHooks
+from repeat_hooks_strands.calls import mcp_annotations, tool_call
 from repeat_hooks_strands.testing import ScriptedModel, tool_results, tool_use
 from strands import Agent
 from strands.tools.mcp import MCPClient
 from support import MCP_CARRIER
+
+from repeat_hooks.kit import hints
 
 TOOLS = ("track_parcel", "place_order", "parcel_history", "parcel_events", "customs_status")
 FR = {"tracking_number": "FR-7731"}
@@ -50,7 +53,7 @@ def agent_with(tools: list[Any], *replies: Any, **settings: Any) -> Agent:
 def test_only_the_servers_explicit_hints_reach_the_policy(server: tuple[list[Any], Path]) -> None:
     tools, _ = server
 
-    found = {tool.tool_name: hints(tool) for tool in tools}
+    found = {tool.tool_name: hints(mcp_annotations(tool)) for tool in tools}
     call = tool_call(
         tool_use("place_order", {"item": "box"}, "c1"), next(t for t in tools if t.tool_name == "place_order")
     )

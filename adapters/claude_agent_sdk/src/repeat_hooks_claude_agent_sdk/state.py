@@ -1,59 +1,71 @@
-"""Where the guard's state lives: one ``GuardState`` per Claude Code session, and one per sub-agent of it, in the
-guard's ``StateStore``.
-
-The key is the session id (``ResultMessage.session_id``, the hooks' ``session_id``): a session resumed with
-``ClaudeAgentOptions(resume=session_id)`` keeps its id, so it goes on with its state, in any process that
-shares the store (``repeat_hooks.stores.redis.RedisStore``). ``fork_session=True`` gives the fork a new id, and so a
-state of its own, from scratch. A sub-agent (the ``Agent`` tool) has its own state under
-``<session id>/<agent id>`` (its ``agent_id``, which the SDK's ``TaskStartedMessage`` gives as ``task_id``):
-the store bounds these as it bounds sessions (``MemoryStore``'s least recently used go first, a
-``RedisStore``'s expire). ``stop_of`` is the one way to read how the guard ended a turn.
-"""
+"""Where the guard's state lives: one ``GuardState`` per Claude Code session (its session id, kept by
+``resume=session_id``; or the caller's ``request(conversation_id=...)``), and one per sub-agent of it
+(``session_key``), in the guard's ``StateStore``; ``stop_of`` reads how the guard ended a turn."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import warnings
+from typing import Any
 
 from claude_agent_sdk import ResultMessage
 
 from repeat_hooks import GuardState, Stop
 
-if TYPE_CHECKING:
-    from .guard import RepeatGuardHooks
+from .stream import Guarded
 
 
 def session_key(session_id: str, agent_id: str | None = None) -> str:
-    """The store key of a session's state (its session id, as Claude Code gives it), or of its sub-agent
-    ``agent_id``'s (``<session id>/<agent id>``)."""
+    """The store key of a session's state (its id, or the caller's), or of its sub-agent's (``<session>/<agent>``)."""
     return session_id if agent_id is None else f"{session_id}/{agent_id}"
 
 
-async def read_state(
-    guard: RepeatGuardHooks, session: ResultMessage | str, *, agent_id: str | None = None
-) -> GuardState | None:
-    """The guard's state of a session (its id, or the ``ResultMessage`` of one of its turns), or of its
-    sub-agent ``agent_id``; ``None`` if the store has none. A copy, for reading."""
-    session_id = session.session_id if isinstance(session, ResultMessage) else session
-    return await guard.store.load(session_key(session_id, agent_id))
-
-
 async def stop_of(
-    guard: RepeatGuardHooks, session: ResultMessage | str, turn_id: str | None = None, *, agent_id: str | None = None
+    returned: ResultMessage | str,
+    /,
+    *old: Any,
+    guard: Guarded | None = None,
+    turn_id: str | None = None,
+    agent_id: str | None = None,
 ) -> Stop | None:
-    """How ``guard`` ended a turn of ``session`` (``Stop.reason``, ``Stop.message``), or ``None`` if it did not.
+    """How ``guard`` ended a turn (``Stop.reason``, ``Stop.message``), or ``None`` if it did not: the turn a
+    ``ResultMessage`` ends (its ``terminal_reason`` is then ``"hook_stopped"`` and its ``result`` the stop message),
+    or, for a session id, its latest turn; ``turn_id`` (a ``prompt_id``, or the caller's turn id): that turn, while
+    the state keeps its stop. ``agent_id``: that sub-agent of the session instead (its run is its one turn).
+    0.2's ``stop_of(guard, message, turn_id)`` still works, with a ``DeprecationWarning``."""
+    returned, guard, turn_id = _spelled("stop_of", returned, old, guard, turn_id)
+    key, ended = _key(returned, guard, agent_id)
+    return await guard.core.stop_of(key, turn_id if turn_id is not None else ended)
 
-    ``session``: a turn's ``ResultMessage`` (that turn's stop), or a session id. Without ``turn_id``: for a
-    ``ResultMessage`` that this process's guard saw, the turn it ended, else the session's latest turn; with
-    ``turn_id`` (a ``prompt_id``), that turn. An earlier turn's stop is read while it is among the last 64
-    events the state keeps. When the guard ended a turn, its ``ResultMessage`` has
-    ``terminal_reason == "hook_stopped"`` and its ``result`` is ``stop.message``.
 
-    ``agent_id``: how it ended that sub-agent of the session instead (its run is its one turn); the parent's
-    ``ResultMessage`` is never a sub-agent's stop.
-    """
-    if agent_id is None and turn_id is None and isinstance(session, ResultMessage) and session.uuid is not None:
-        turn_id = guard.result_turns.get(session.uuid)
-    state = await read_state(guard, session, agent_id=agent_id)
-    if state is None:
-        return None
-    return state.turn.stop if turn_id is None else state.stop_of(turn_id)
+async def read_state(
+    returned: ResultMessage | str, /, *old: Any, guard: Guarded | None = None, agent_id: str | None = None
+) -> GuardState | None:
+    """The guard's state (a copy) of the session a ``ResultMessage`` or a session id names, or of its sub-agent
+    ``agent_id``; ``None`` if none. 0.2's ``read_state(guard, message)`` still works, with a ``DeprecationWarning``."""
+    returned, guard, _ = _spelled("read_state", returned, old, guard, None)
+    return await guard.store.load(_key(returned, guard, agent_id)[0])
+
+
+def _key(returned: ResultMessage | str, guard: Guarded, agent_id: str | None) -> tuple[str, str | None]:
+    """The store key of the session ``returned`` names (or of its sub-agent), and the turn a result seen ended."""
+    session = returned.session_id if isinstance(returned, ResultMessage) else returned
+    seen = guard.results.get(returned.uuid or "") if isinstance(returned, ResultMessage) else None
+    key, ended = seen if seen is not None else (guard.core.conversation_id(session) or session, None)
+    return (key, ended) if agent_id is None else (session_key(key, agent_id), None)
+
+
+def _spelled(
+    name: str, returned: Any, old: tuple[Any, ...], guard: Guarded | None, turn_id: str | None
+) -> tuple[ResultMessage | str, Guarded, str | None]:
+    """0.3's arguments, from 0.2's ``name(guard, message[, turn_id])`` (with a ``DeprecationWarning``) or 0.3's."""
+    if guard is None and old and not isinstance(returned, (ResultMessage, str)):
+        warnings.warn(
+            f"{name}(guard, message) is deprecated: use {name}(message, guard=guard)", DeprecationWarning, stacklevel=3
+        )
+        returned, guard, old = old[0], returned, old[1:]
+        turn_id = old[0] if old and turn_id is None else turn_id
+    elif old:
+        raise TypeError(f"{name}() takes one positional argument, the ResultMessage (or a session id)")
+    if guard is None:
+        raise TypeError(f"{name}(message, guard=guard) needs the guard whose store holds the session")
+    return returned, guard, turn_id

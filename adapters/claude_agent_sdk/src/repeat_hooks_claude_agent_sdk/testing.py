@@ -25,6 +25,7 @@ the CLI at it with an isolated ``CLAUDE_CONFIG_DIR``, no settings files, and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import threading
@@ -54,7 +55,7 @@ from claude_agent_sdk import (
 )
 from pydantic_core import to_jsonable_python
 
-from repeat_hooks import Policy, StopReason
+from repeat_hooks import Policy, StateStore, StopReason, kit
 from repeat_hooks.kit.conformance import FINAL, SCENARIOS, STOPPED, Cursor, Scenario, Tool, ToolBox, TurnOutcome
 
 from .calls import result_text
@@ -398,8 +399,40 @@ class Driver:
         """Run every turn of ``scenario`` in one session of a fresh CLI; one outcome per turn."""
         return anyio.run(self.run_async, scenario, box)
 
-    async def run_async(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
-        """``run``, from a running event loop."""
+    def run_turn(
+        self, scenario: Scenario, box: ToolBox, *, store: StateStore, conversation_id: str, turn_id: str
+    ) -> TurnOutcome:
+        """The first turn of ``scenario``, its states in ``store``, named as a Claude Agent SDK user names a retried
+        request's: the conversation is a Claude Code session (its id a UUID made from ``conversation_id``: a new
+        session is started with ``session_id=``, one whose transcript exists is resumed with ``resume=``), the turn
+        ``repeat_hooks.kit.request(turn_id=...)`` around the query (Claude Code gives every prompt a new
+        ``prompt_id``). The CLI's home is beside the ``box``'s shared file (``SharedToolBox.path``), so that the
+        processes of a retry share the session's transcript."""
+        shared = getattr(box, "path", None)
+        folder = Path(shared).parent if shared is not None else Path(tempfile.mkdtemp())
+        session = str(uuid.uuid5(uuid.NAMESPACE_URL, f"repeat-hooks:{conversation_id}"))
+        home = folder / "claude_home"
+        known = any((home / "claude" / "projects").glob(f"*/{session}.jsonl"))
+
+        async def one() -> list[TurnOutcome]:
+            with kit.request(turn_id=turn_id):
+                naming = {"resume": session} if known else {"session_id": session}
+                return await self.run_async(scenario, box, store=store, home=home, turns=1, naming=naming)
+
+        return anyio.run(one)[0]
+
+    async def run_async(
+        self,
+        scenario: Scenario,
+        box: ToolBox,
+        *,
+        store: StateStore | None = None,
+        home: Path | None = None,
+        turns: int | None = None,
+        naming: Mapping[str, str] | None = None,
+    ) -> list[TurnOutcome]:
+        """``run``, from a running event loop; ``run_turn``'s ``store``, CLI ``home``, number of ``turns`` and session
+        ``naming`` (``session_id=`` or ``resume=``)."""
         cursors = [Cursor(scenario) for _ in range(scenario.branches)]
         orchestrated = [0]
 
@@ -424,11 +457,13 @@ class Driver:
                 return reply
             return [tool_use(claude_name(call.tool), {"query": call.query}, identifier) for call, identifier in reply]
 
-        guard = self.guard = RepeatGuardHooks(claude_policy(scenario), **self.options)
+        keywords = {**self.options, **({"store": store} if store is not None else {})}
+        guard = self.guard = RepeatGuardHooks(claude_policy(scenario), **keywords)
         tools = [kit_tool(box, item) for item in scenario.tools]
         outcomes: list[TurnOutcome] = []
-        with FakeMessagesAPI(answer, delay=self.delay) as api, tempfile.TemporaryDirectory() as home:
-            self.api = api
+        with contextlib.ExitStack() as stack:
+            api = self.api = stack.enter_context(FakeMessagesAPI(answer, delay=self.delay))
+            folder = home if home is not None else stack.enter_context(tempfile.TemporaryDirectory())
 
             async def can_use_tool(name: str, arguments: dict[str, Any], context: Any) -> Any:
                 """Claude Code's permission prompt for a tool not in ``allowed_tools``: the kit's human."""
@@ -439,6 +474,7 @@ class Driver:
             asks = any(item.needs_approval for item in scenario.tools)
             allowed = [claude_name(item.name) for item in scenario.tools if not item.needs_approval]
             extra: dict[str, Any] = {"permission_mode": "default", "can_use_tool": can_use_tool} if asks else {}
+            extra.update(naming or {})
             if len(cursors) > 1:
                 extra["tools"] = ["Agent"]
                 extra["agents"] = {
@@ -456,13 +492,13 @@ class Driver:
                 extra["env"] = {"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1"}
             options = offline_options(
                 api,
-                home,
+                folder,
                 mcp_servers={SERVER: create_sdk_mcp_server(SERVER, tools=tools)},
                 allowed_tools=allowed,
                 **extra,
             )
             async with guard.client(options) as client:
-                for number, turn in enumerate(scenario.turns):
+                for number, turn in enumerate(scenario.turns[:turns]):
                     for cursor in cursors:
                         cursor.start_turn(number)
                     orchestrated[0] = 0
@@ -490,7 +526,7 @@ class Driver:
                     outcomes.append(
                         TurnOutcome(
                             final=final,
-                            stop=await stop_of(guard, result),
+                            stop=await stop_of(result, guard=guard),
                             seen=seen,
                             model_calls=sum(cursor.step for cursor in cursors),
                             stop_messages=int(final.startswith(STOPPED)),

@@ -1,48 +1,56 @@
-"""repeat-hooks for Google ADK (``google-adk`` 2.11 to 2.13): the guard as a Runner plugin.
+"""repeat-hooks for Google ADK (``google-adk`` 2.11 to 2.13): ``App(..., plugins=[RepeatGuardPlugin()])``, then
+``stop_of(final_event)``. A turn is one invocation; the state lives in the session state, or with ``store=`` in a
+``StateStore``: see the README."""
 
-::
+from __future__ import annotations
 
-    from google.adk.apps import App
-    from repeat_hooks_google_adk import RepeatGuardPlugin
+from repeat_hooks import GuardSetupError, Policy, Stop, StopReason, TokenPrices
+from repeat_hooks.kit import ParsedStates, moved
 
-    app = App(name="parcels", root_agent=root_agent, plugins=[RepeatGuardPlugin()])
-
-One plugin serves every session and invocation; a turn is one invocation (in ``run_live``, one user
-message), and a stop ends the invocation for the whole agent tree. Calls are counted per scope, what
-one model saw (``RepeatGuardPlugin.scope_of``: parallel branches and loop iterations apart). The guard's
-state lives in the session state under ``STATE_KEY`` and keys derived from it (plain JSON, small
-deltas, written through ADK's state delta), so every session service persists it:
-``DatabaseSessionService`` on SQLite or Postgres shares it across processes. ``stop_of(session,
-invocation_id)`` says how the guard stopped a turn; ``refusal_of(tool_response)`` tells a refusal from a
-tool's result in your own callbacks.
-"""
-
-from repeat_hooks import Policy, Stop, StopReason, TokenPrices
-
-from .calls import model_view, read_only_hint, tool_call
-from .guard import FailureCheck, Refused, RepeatGuardPlugin, Scope, refusal_of, stop_response
-from .state import STATE_KEY, STOP_METADATA, read_events, read_state, stop_of, write_state
+from . import calls, state
+from .calls import refusal_of
+from .guard import RepeatGuardPlugin, RepeatGuardStopped
+from .state import STATE_KEY, STOP_METADATA, read_state, stop_of
 
 __all__ = [
     "STATE_KEY",
     "STOP_METADATA",
-    "FailureCheck",
+    "GuardSetupError",
     "Policy",
-    "Refused",
     "RepeatGuardPlugin",
-    "Scope",
+    "RepeatGuardStopped",
     "Stop",
     "StopReason",
     "TokenPrices",
-    "model_view",
-    "read_events",
-    "read_only_hint",
     "read_state",
     "refusal_of",
     "stop_of",
-    "stop_response",
-    "tool_call",
-    "write_state",
 ]
 
 __version__ = "0.3.0"
+
+__getattr__ = moved(
+    __name__,
+    {
+        "model_view": "repeat_hooks_google_adk.calls:model_view",
+        "tool_call": "repeat_hooks_google_adk.calls:tool_call",
+        "read_only_hint": (
+            "repeat_hooks_google_adk.calls.tool_call(tool, {}, None).read_only",
+            lambda: lambda tool: calls.tool_call(tool, {}, None).read_only,
+        ),
+        "Refused": "repeat_hooks_google_adk.calls:Refused",
+        "read_events": "repeat_hooks_google_adk.state:read_events",
+        "write_state": (
+            "repeat_hooks_google_adk.state.SessionSlot(ParsedStates(), context.session, key, context).write",
+            lambda: (
+                lambda context, guard_state, key=STATE_KEY: state.SessionSlot(
+                    ParsedStates(), context.session, key, context
+                ).write(guard_state)
+            ),
+        ),
+        "Scope": "repeat_hooks_google_adk.guard:Scope",
+        "stop_response": "repeat_hooks_google_adk.guard:stop_response",
+        "FailureCheck": "repeat_hooks.kit:FailureCheck",
+    },
+)
+"""The names 0.3 moved out of the front door, and their new spelling: one release more, with a warning."""

@@ -1,30 +1,11 @@
-"""Where the guard's state lives: in the ADK session state, as plain JSON under a few keys.
-
-The plugin never keeps counters of its own. Every callback reads the ``GuardState`` it needs from the
-session it is called for and writes it back through the callback context's ``state`` (or, for the
-decisions taken when the model's response arrives, into that event's ``state_delta``), so the change
-rides on the event ADK appends next and every session service (in memory, SQLite,
-``DatabaseSessionService`` on Postgres, Vertex AI) persists it with that event.
-
-The keys (``key`` is ``STATE_KEY`` unless the plugin was given another ``state_key``):
-
-- ``key``: the invocation's state: its budgets (model calls, seconds, cost), its stop, and the counts of
-  the calls made outside any parallel branch or loop (a single-agent app has only this one).
-- ``key + "@" + scope``: the counts of one scope (``scope_of``): a ``ParallelAgent`` branch, a
-  ``LoopAgent``'s current iteration. Its ``turn.id`` is ``<invocation id>@<scope with iteration>``.
-- ``key + "#events"``: the last ``EVENTS_KEPT`` refusals and stops (``GuardEvent`` dicts), written only
-  when one is added.
-
-Each write is small: a state keeps its current turn and only the delivery ids of its current model
-response (the only ones the guard looks up), never the history of earlier turns, which lives under
-``#events`` (and, for a stop, in the stop event itself: ``stop_of`` reads it back from there too).
-
-The keys hold a ``:`` so that an agent's declared ``state_schema`` leaves them alone (ADK validates only
-unprefixed keys), and none is a ``temp:`` key, which ADK would drop before persisting.
-"""
+"""Where the guard's state lives: in the ADK session state (plain JSON under ``STATE_KEY`` and keys derived from
+it, written through ADK's state delta), or with ``store=`` in the store under the session's key; and
+``stop_of``, which reads a stop from what ``run_async`` handed the caller."""
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from google.adk.agents.context import Context
@@ -34,18 +15,23 @@ from pydantic import ValidationError
 
 from repeat_hooks import GuardState, StateCorrupt, Stop, StopReason
 from repeat_hooks.decision import GuardEvent
-from repeat_hooks.kit import load_state
+from repeat_hooks.kit import GuardStopped, ParsedStates
 
 STATE_KEY = "repeat_hooks:guard"
-"""The session-state key the guard's invocation state is kept under (its scopes' keys start with it)."""
-EVENTS_SUFFIX = "#events"
-"""Appended to the state key: where the last refusals and stops are kept."""
-SCOPE_SEPARATOR = "@"
-"""Between the state key and a scope's name, and between an invocation id and a scope in a turn id."""
+"""The session-state key of the invocation's state (its scopes' keys start with it)."""
+EVENTS_SUFFIX = "#events"  # appended to the state key: the last EVENTS_KEPT refusals and stops
 EVENTS_KEPT = 16
-"""Refusals and stops kept in the session state (the oldest dropped first)."""
+SCOPE_SEPARATOR = "@"  # between a key and a scope's name, a turn id and a scope's path
 STOP_METADATA = "repeat_hooks_stop"
-"""The ``custom_metadata`` key of the guard's final event: the stop reason (``"ignored_refusals"``, ...)."""
+"""The ``custom_metadata`` key of the guard's final event: the stop's reason (``"ignored_refusals"``, ...); its
+message is under ``STOP_METADATA + "_message"``."""
+_MESSAGE = STOP_METADATA + "_message"
+
+
+def conversation_key(session: Session, named: Callable[[str], str | None] = lambda id: id) -> str:
+    """The store key of a session's state (``store=``): ``<app name>/<user id>/<session id>``; ``named``: the
+    conversation a caller named instead of the session (``GuardCore.conversation_id``)."""
+    return f"{session.app_name}/{session.user_id}/{named(session.id) or session.id}"
 
 
 def _recover(key: str) -> str:
@@ -57,170 +43,103 @@ def _recover(key: str) -> str:
 
 
 def read_state(session: Session, key: str = STATE_KEY) -> GuardState:
-    """The guard's invocation state in ``session`` (a fresh ``GuardState`` if it has none yet), a copy of its
-    own, with the kept refusals and stops (``events``).
-
-    For a scope's counts, pass its key (``key + "@" + scope``). Raises ``repeat_hooks.StateCorrupt``, naming
-    the key and saying how to recover, when the value there is not a guard state (something else wrote to
-    the key): the guard never guesses counts.
-    """
-    state = _parse(session.state.get(key), key)
-    base = key.split(SCOPE_SEPARATOR, 1)[0]
-    state.events = read_events(session, base)
+    """The guard's state in ``session`` under ``key`` (a scope's: ``key + "@" + scope``), with the kept refusals and
+    stops (``events``); ``StateCorrupt`` names the key and the way out. (With ``store=``: ``store.load(key)``.)"""
+    state = SessionSlot(ParsedStates(), session, key).read()
+    state.events = read_events(session, key.split(SCOPE_SEPARATOR, 1)[0])
     return state
 
 
 def read_events(session: Session, key: str = STATE_KEY) -> list[GuardEvent]:
     """The refusals and stops kept in ``session`` (the last ``EVENTS_KEPT``), oldest first."""
-    events_key = key + EVENTS_SUFFIX
-    raw = session.state.get(events_key)
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise StateCorrupt(
-            f"repeat-hooks: session state {events_key!r} is a {type(raw).__name__}, not a list; " + _recover(events_key)
-        )
     try:
-        return [GuardEvent.model_validate(item) for item in raw]
-    except ValidationError as error:
+        return [GuardEvent.model_validate(item) for item in session.state.get(key + EVENTS_SUFFIX) or ()]
+    except (ValidationError, TypeError) as error:
+        where = key + EVENTS_SUFFIX
+        reason = str(error).splitlines()[0]
         raise StateCorrupt(
-            f"repeat-hooks: session state {events_key!r} holds something other than repeat-hooks events "
-            f"({str(error).splitlines()[0]}); " + _recover(events_key)
+            f"repeat-hooks: session state {where!r} holds no repeat-hooks events ({reason}); {_recover(where)}"
         ) from error
 
 
-def write_state(context: Context, state: GuardState, key: str = STATE_KEY) -> None:
-    """Write ``state`` through ``context.state``: into the session now, and into the delta of the event
-    ADK appends next, which persists it. Its events go under ``key + "#events"``."""
-    context.state[key] = compact(state)
-    if state.events:
-        context.state[key + EVENTS_SUFFIX] = [event.model_dump(mode="json") for event in state.events[-EVENTS_KEPT:]]
+def compact(state: GuardState) -> dict[str, Any]:
+    """What is written of ``state``: its turn, its digest-key fingerprint, and the delivery ids of its current
+    model response (the only ones the core looks up); no events (those go under ``#events``)."""
+    current = f"@{state.turn.number}.{state.turn.responses}"
+    raw = state.model_dump(mode="json", exclude={"events", "deliveries"})
+    raw["deliveries"] = {ident: list(seen) for ident, seen in state.deliveries.items() if ident.endswith(current)}
+    return raw
 
 
-def stop_of(session: Session, invocation_id: str, key: str = STATE_KEY) -> Stop | None:
-    """How the guard stopped invocation ``invocation_id`` of ``session`` (a turn is one invocation); ``None``
-    if it did not. Read from the invocation state, the kept events, or else the stop event itself (the
-    final event whose ``custom_metadata[STOP_METADATA]`` is the reason), while the session keeps it."""
-    stop = _parse(session.state.get(key), key).stop_of(invocation_id)
-    if stop is not None:
-        return stop
-    scoped = invocation_id + SCOPE_SEPARATOR
-    for event in reversed(read_events(session, key)):
-        if (
-            event.kind == "stop"
-            and event.turn_id is not None
-            and (event.turn_id == invocation_id or event.turn_id.startswith(scoped))
-        ):
-            return event.as_stop()
-    for item in reversed(session.events):
-        metadata = item.custom_metadata or {}
-        if item.invocation_id == invocation_id and STOP_METADATA in metadata and item.content is not None:
-            text = "".join(part.text or "" for part in item.content.parts or [])
+class SessionSlot:
+    """One guard state in an ADK session, as the kit's ``Slot``: read through the parsed cache, written into the
+    callback context's ``state`` or into an event's ``state_delta`` (``target``), which ADK persists with the
+    event it appends next."""
+
+    __slots__ = ("cache", "key", "session", "target")
+
+    def __init__(self, cache: ParsedStates, session: Session, key: str, target: Context | Event | None = None) -> None:
+        self.cache, self.session, self.key, self.target = cache, session, key, target
+
+    def read(self, *, peek: bool = False) -> GuardState:
+        raw = self.session.state.get(self.key)
+        try:
+            return (self.cache.peek if peek else self.cache.take)(raw, where=f"session state {self.key!r}")
+        except StateCorrupt as error:
+            raise StateCorrupt(f"{error}; {_recover(self.key)}") from error
+
+    def write(self, state: GuardState) -> None:
+        raw = compact(state)
+        target = self.target
+        targets: list[Any] = [target.state] if isinstance(target, Context) else [self.session.state]
+        if isinstance(target, Event):
+            targets.append(target.actions.state_delta)
+        if state.events:  # moved out of the state, to the session's kept events
+            events_key = self.key.split(SCOPE_SEPARATOR, 1)[0] + EVENTS_SUFFIX
+            kept = self.session.state.get(events_key)
+            kept = [*(kept if isinstance(kept, list) else ()), *(e.model_dump(mode="json") for e in state.events)]
+            state.events.clear()
+            for place in targets:
+                place[events_key] = kept[-EVENTS_KEPT:]
+        for place in targets:
+            place[self.key] = raw
+        self.cache.keep(raw, state)
+
+    def __repr__(self) -> str:
+        return f"session state {self.key!r}"
+
+
+def stop_metadata(stop: Stop) -> dict[str, str]:
+    """The ``custom_metadata`` of the guard's final event: the whole ``Stop``."""
+    return {STOP_METADATA: stop.reason.value, _MESSAGE: stop.message}
+
+
+def stop_of(
+    returned: Event | Sequence[Event] | Session | BaseException,
+    /,
+    *old: Any,
+    invocation_id: str | None = None,
+) -> Stop | None:
+    """How the guard stopped an invocation, read from what ``run_async`` handed you: its final ``Event`` (or the
+    events, or the ``Session``: its latest invocation, or ``invocation_id``'s), or the error it raised with
+    ``on_stop="raise"``; ``None`` if the guard did not stop it. Works with ``store=`` too: the final event holds
+    the whole ``Stop`` (``custom_metadata``). ``stop_of(session, invocation_id)`` is deprecated."""
+    if old:
+        message = "stop_of(session, invocation_id) is deprecated: use stop_of(session, invocation_id=...)"
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        invocation_id = old[0]  # (and the old state key: the stop is read from the session's events)
+    if isinstance(returned, BaseException):
+        return GuardStopped.of(returned)
+    events = [returned] if isinstance(returned, Event) else list(getattr(returned, "events", returned))
+    if invocation_id is None and events:
+        invocation_id = events[-1].invocation_id
+    for event in reversed(events):
+        metadata = event.custom_metadata or {}
+        if event.invocation_id == invocation_id and STOP_METADATA in metadata:
+            parts = event.content.parts if event.content is not None else None
+            text = metadata.get(_MESSAGE) or "".join(part.text or "" for part in parts or [])
             try:
                 return Stop(message=text, reason=StopReason(metadata[STOP_METADATA]))
             except ValueError:
                 return None
     return None
-
-
-def compact(state: GuardState) -> dict[str, Any]:
-    """What is written of ``state``: its turn, its digest-key fingerprint, and the delivery ids of its current
-    model response (the only ones the core looks up: ``<call id>@<turn>.<response>``); no events (those go
-    under ``#events``)."""
-    turn = state.turn
-    current = f"@{turn.number}.{turn.responses}"
-    raw = state.model_dump(mode="json", exclude={"events", "deliveries"})
-    raw["deliveries"] = {
-        delivery_id: list(delivery)
-        for delivery_id, delivery in state.deliveries.items()
-        if delivery_id.endswith(current)
-    }
-    return raw
-
-
-class ParsedStates:
-    """The states last written, parsed: reading the dict just written skips validating it again.
-
-    A cache by identity: an entry is used only while the session holds the very dict object it was
-    made from (ADK replaces a state value, never edits it in place, and every session loaded from
-    storage holds new objects), and at most once: ``read`` takes the entry out, ``write`` puts one
-    back, so a dict that is no longer current can never be read as the state that later changed.
-    Bounded; the session state stays the only source of truth.
-
-    ``stage`` keeps a changed state for the next ``read`` of the same session without writing it yet,
-    for a change that the same event's next write is sure to carry (a callback whose partner callback
-    runs next on the same context and writes).
-
-    Events the core adds to a state are moved out of it when it is written (to ``key + "#events"``).
-    """
-
-    def __init__(self, size: int = 1024) -> None:
-        self.size = size
-        self._entries: dict[int, tuple[Any, GuardState]] = {}
-
-    def read(self, session: Session, key: str) -> GuardState:
-        """The guard's state in ``session`` under ``key``, for the caller to change and then ``write``."""
-        raw = session.state.get(key)
-        entry = self._entries.pop(id(raw), None)
-        if entry is not None and entry[0] is raw:
-            return entry[1]
-        return _parse(raw, key)
-
-    def peek(self, session: Session, key: str) -> GuardState:
-        """The guard's state in ``session`` under ``key``, to read only: a staged state stays staged."""
-        raw = session.state.get(key)
-        entry = self._entries.get(id(raw))
-        if entry is not None and entry[0] is raw:
-            return entry[1]
-        return _parse(raw, key)
-
-    def write(self, context: Context, state: GuardState, key: str) -> None:
-        """``write_state``, remembering the dict written as ``state`` parsed."""
-        raw = compact(state)
-        context.state[key] = raw
-        self._flush_events(context.session, state, key, context.state)
-        self._remember(raw, state)
-
-    def write_event(self, session: Session, event: Event, state: GuardState, key: str) -> None:
-        """Write ``state`` into ``session`` and into ``event``'s state delta, for an event on its way to the
-        session service (which persists the delta with it)."""
-        raw = compact(state)
-        session.state[key] = raw
-        event.actions.state_delta[key] = raw
-        self._flush_events(session, state, key, session.state, event.actions.state_delta)
-        self._remember(raw, state)
-
-    def stage(self, context: Context, state: GuardState, key: str) -> None:
-        """Keep ``state`` (changed) as the session's current guard state, to be written by the next
-        ``write``; with nothing in the session yet, ``write`` it now."""
-        raw = context.session.state.get(key)
-        if raw is None or state.events:
-            self.write(context, state, key)
-        else:
-            self._remember(raw, state)
-
-    def _flush_events(self, session: Session, state: GuardState, key: str, *targets: Any) -> None:
-        """Move the events the core added to ``state`` into the session's kept events."""
-        if not state.events:
-            return
-        events_key = key.split(SCOPE_SEPARATOR, 1)[0] + EVENTS_SUFFIX
-        kept = session.state.get(events_key)
-        kept = list(kept) if isinstance(kept, list) else []
-        kept.extend(event.model_dump(mode="json") for event in state.events)
-        kept = kept[-EVENTS_KEPT:]
-        for target in targets:
-            target[events_key] = kept
-        state.events.clear()
-
-    def _remember(self, raw: Any, state: GuardState) -> None:
-        entries = self._entries
-        if len(entries) >= self.size:
-            del entries[next(iter(entries))]
-        entries[id(raw)] = (raw, state)
-
-
-def _parse(raw: Any, key: str) -> GuardState:
-    try:
-        return load_state(raw)
-    except StateCorrupt as error:
-        raise StateCorrupt(f"repeat-hooks: session state {key!r}: {error}; " + _recover(key)) from error.__cause__

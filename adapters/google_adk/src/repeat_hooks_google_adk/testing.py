@@ -44,6 +44,7 @@ from pydantic import PrivateAttr
 
 from repeat_hooks.kit.conformance import STOPPED, Cursor, Scenario, Tool, ToolBox, ToolFailed, TurnOutcome
 from repeat_hooks.result import error_text
+from repeat_hooks.stores import StateStore
 
 from .guard import RepeatGuardPlugin
 from .state import stop_of
@@ -255,8 +256,8 @@ class Driver:
     the agent's own ``on_tool_error_callback`` with ``{"error": "Type: text"}`` (without one, ADK fails the
     invocation). ADK's function tools carry no read-only hint: a kit tool's ``read_only`` is left to the
     policy's ``read_only`` setting. What the model saw is read from the session's events (the function
-    responses of each invocation but ADK's confirmation placeholders); the stop through ``stop_of``; the
-    stop messages from the final-response events the caller got.
+    responses of each invocation but ADK's confirmation placeholders); the stop through ``stop_of`` of the events
+    the caller got; the stop messages from their final responses. ``run_turn`` (the kit's ``RETRIED``): see there.
     """
 
     def __init__(self, **options: Any) -> None:
@@ -267,8 +268,24 @@ class Driver:
         """Run every turn of ``scenario`` in one session of a fresh runner; one outcome per turn."""
         return asyncio.run(self.run_async(scenario, box))
 
-    async def run_async(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
-        """``run``, from a running event loop."""
+    def run_turn(
+        self, scenario: Scenario, box: ToolBox, *, store: StateStore, conversation_id: str, turn_id: str
+    ) -> TurnOutcome:
+        """Run the first turn of ``scenario`` with the guard's states in ``store``, named as ADK names a retried
+        request: the session id ``conversation_id`` (in a fresh in-memory session service: the process that ran
+        it before is gone) and ``run_async(invocation_id=turn_id)``."""
+        return asyncio.run(self.run_async(scenario, box, store=store, session_id=conversation_id, turns=[turn_id]))[0]
+
+    async def run_async(
+        self,
+        scenario: Scenario,
+        box: ToolBox,
+        *,
+        store: StateStore | None = None,
+        session_id: str | None = None,
+        turns: Sequence[str | None] = (),
+    ) -> list[TurnOutcome]:
+        """``run``, from a running event loop; with ``turns``, only those turns, each with its invocation id."""
         cursors = [Cursor(scenario) for _ in range(scenario.branches)]
         agents: list[BaseAgent] = [
             _kit_agent(scenario, box, cursor, "kit_agent" if len(cursors) == 1 else f"kit_branch_{n}")
@@ -281,18 +298,26 @@ class Driver:
             if scenario.rounds > 1:
                 root.before_agent_callback = lambda callback_context: starts.append(callback_context.invocation_id)
                 root = LoopAgent(name="kit_loop", sub_agents=[root], max_iterations=scenario.rounds)
-        plugin = RepeatGuardPlugin(scenario.policy, **self.options)
+        plugin = RepeatGuardPlugin(
+            scenario.policy, **{**self.options, **({"store": store} if store is not None else {})}
+        )
         runner = InMemoryRunner(app=App(name="kit", root_agent=root, plugins=[plugin]))
-        session = await runner.session_service.create_session(app_name="kit", user_id="kit")
+        session = await runner.session_service.create_session(app_name="kit", user_id="kit", session_id=session_id)
         outcomes: list[TurnOutcome] = []
         for number, turn in enumerate(scenario.turns):
+            if turns and number >= len(turns):
+                break
             for cursor in cursors:
                 cursor.start_turn(number)
             message: types.Content | None = types.Content(role="user", parts=[types.Part(text=turn.message)])
             events = []
+            invocation_id = turns[number] if turns else None
             while message is not None:
                 batch = [
-                    event async for event in runner.run_async(user_id="kit", session_id=session.id, new_message=message)
+                    event
+                    async for event in runner.run_async(
+                        user_id="kit", session_id=session.id, new_message=message, invocation_id=invocation_id
+                    )
                 ]
                 events += batch
                 message = _approve(box, batch)
@@ -312,7 +337,7 @@ class Driver:
             outcomes.append(
                 TurnOutcome(
                     final=finals[-1] if finals else "",
-                    stop=stop_of(stored, events[-1].invocation_id),
+                    stop=stop_of(events),
                     seen=seen,
                     model_calls=sum(cursor.step for cursor in cursors),
                     stop_messages=sum(text.startswith(STOPPED) for text in finals),

@@ -1,40 +1,12 @@
-"""``RepeatGuardMiddleware``: repeat-hooks as a LangChain v1 agent middleware for ``create_agent``.
-
-Where each rule of the guard runs in the agent's graph (the loop's own nodes do the work; the guard adds
-one ``before_model`` node per step, as ``ModelCallLimitMiddleware`` does, and one ``after_agent`` node):
-
-- ``before_agent`` (once per ``invoke`` / ``ainvoke`` / ``stream`` / ``astream``; not again when an
-  interrupted run resumes): a new turn.
-- ``before_model`` (one per step, before the model node): records the outcomes of the last batch of tool
-  calls (``ToolMessage.status``, and the content as the model reads it: ``calls.model_view``; a call a
-  reviewer rejected is withdrawn, a call a reviewer edited is decided afresh on what ran), then asks
-  whether the turn must end; if so, it ends the turn through the agent's own end jump
-  (``{"jump_to": "end", "messages": [AIMessage(stop.message)]}``, as ``ModelCallLimitMiddleware`` does): the
-  model node does not run, so no other middleware counts a model call that never happened.
-- ``wrap_model_call`` (inside the model node): times the call, counts it with its cost from
-  ``usage_metadata``, and decides every tool call of the response as one batch
-  (``Policy.decide_tool_calls``), before any of them runs, so the results of parallel calls never restart
-  each other's counts. A refused call is answered there (``refusal.refuse``): it leaves the response's
-  ``tool_calls`` for its ``invalid_tool_calls``, and its refusal follows as its ``ToolMessage``. So no
-  ``after_model`` hook (``HumanInTheLoopMiddleware``'s batched review among them) and no tool-call hook (its
-  per-call review) ever sees it as a call to make, and the tool node does not run it. The decisions are
-  committed with the response in one checkpoint.
-- ``wrap_tool_call`` (one per tool call, in parallel): an allowed call runs as usual; a call a reviewer
-  edited is decided afresh on its new arguments (refused: the refusal is its ``ToolMessage``).
-- ``after_agent`` (when the loop ends): when it ended only because every call of the last response was
-  refused, jumps back to the model (``{"jump_to": "model"}``), which reads the refusals in the same turn.
-  ``after_agent`` hooks run in reverse list order, so the guard must be listed after every middleware that
-  has one (``before_agent`` checks it: ``GuardSetupError`` before anything runs).
-
-The counters live in the graph state under ``repeat_guard`` (see ``state``), so they are checkpointed
-with the thread. The middleware object holds settings only: one compiled agent serves every thread.
-"""
+"""``RepeatGuardMiddleware``, a LangChain v1 agent middleware for ``create_agent``, and its errors. Each hook is
+written once, as a generator yielding its one state update, which the sync hooks run with ``GuardCore.update_now``
+and the async ones with ``await GuardCore.update``. Where each hook sits, and why: the README's "How it maps"."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, NamedTuple, ParamSpec, TypeVar
+import contextlib
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from langchain.agents.middleware import (
     AgentMiddleware,
@@ -44,197 +16,145 @@ from langchain.agents.middleware import (
     ToolCallRequest,
     hook_config,
 )
-from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
-from langchain_core.messages import ToolCall as LangChainToolCall
-from langchain_core.messages.tool import tool_call
+from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.config import get_config
 from langgraph.errors import GraphInterrupt
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from repeat_hooks import GuardSetupError, GuardState, observe
-from repeat_hooks.kit import Clock, CostOf, Stopwatch, check_budgets, check_tool_names, policy_from
-from repeat_hooks.kit.clock import monotonic
+from repeat_hooks import GuardSetupError, GuardState, Policy, StateStore, kit
 
-from .calls import (
-    HITL_EDITS_KEY,
-    Hints,
-    answered_positions,
-    dump_hints,
-    edit_of,
-    failed,
-    guard_call,
-    last_ai_message,
-    last_batch,
-    load_hints,
-    model_messages,
-    model_view,
-    rejected_by_reviewer,
-    request_position,
-    same_call,
-    tool_hints,
-)
-from .refusal import edit_refusal, ended_on_refusals, kept_positions, refuse
-from .state import HINTS_KEY, STATE_KEY, UNDECIDED_KEY, RepeatGuardState, dump_state, load_state
+from . import calls
+from .state import HINTS_KEY, STOP_KEY, UNDECIDED_KEY, GraphSlot, RepeatGuardState, conversation_key
 
-ModelHandler = Callable[[ModelRequest[Any]], ModelResponse[Any]]
-AsyncModelHandler = Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
-ToolHandler = Callable[[ToolCallRequest], ToolMessage | Command[Any]]
-AsyncToolHandler = Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
+__all__ = ["GuardSetupError", "RepeatGuardMiddleware", "RepeatGuardStopped"]
+
+R = TypeVar("R")
+Steps = Generator[tuple[Any, Callable[[GuardState], Any] | None, Any], Any, R]
+"""A hook: yields its update (where, change, outage; ``_NOTHING``: none), is sent what it decided, returns."""
 
 OWNER = "RepeatGuardMiddleware"
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _scoped(hook: Callable[_P, _R]) -> Callable[_P, _R]:
-    """``hook``, its observations (``repeat_hooks.observe``, OpenTelemetry) in the run's thread (``thread_id``)
-    and agent (``create_agent(name=...)``); with no observer registered, ``hook`` as it is."""
-
-    @functools.wraps(hook)
-    def scoped(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        if not observe.OBSERVERS:
-            return hook(*args, **kwargs)
-        try:
-            config = get_config()
-        except RuntimeError:  # not inside a graph run
-            config = {}
-        thread = (config.get("configurable") or {}).get("thread_id")
-        name = (config.get("metadata") or {}).get("lc_agent_name")
-        with observe.scope(
-            conversation_id=None if thread is None else str(thread), agent_name=name if isinstance(name, str) else None
-        ):
-            return hook(*args, **kwargs)
-
-    return scoped
-
-
 RAN_KEY = "repeat_guard_ran"
-"""The ``response_metadata`` key of the ``ToolMessage`` of a call a reviewer edited: the call as it was
-decided afresh (``{"name", "args", "refused"}``), so the next step's counts follow what ran. Never sent to
-the model (chat model integrations do not send ``response_metadata``)."""
-
+"""The ``response_metadata`` key of the ``ToolMessage`` of a call a reviewer edited: the call as it was decided
+afresh (``{"name", "args", "refused"}``), so the next step's counts follow what ran (never sent to the model)."""
 PER_CALL_ORDER = (
     "HumanInTheLoopMiddleware(interrupt_mode='per_call') reviews a call inside the tool-call chain, and it is "
     "listed after RepeatGuardMiddleware, so a reviewer's edit would run without being decided; list "
     "RepeatGuardMiddleware after it: create_agent(..., middleware=[HumanInTheLoopMiddleware(interrupt_on={...}, "
     "interrupt_mode='per_call'), RepeatGuardMiddleware(...)])"
 )
-
 TOOLS_OFFERED = (
     " (checked against the tools the model call is offered, request.tools: a middleware listed before "
     "RepeatGuardMiddleware that narrows them hides the others from it; list that middleware after the guard, "
     "or pass RepeatGuardMiddleware(check_tools=False))"
 )
+NO_USAGE = (
+    "Policy(max_cost_usd=...) is set but the model's response has no usage_metadata, so the budget could never "
+    "trip; make the chat model report usage (e.g. ChatOpenAI(stream_usage=True) when streaming), or drop max_cost_usd"
+)
+
+
+class RepeatGuardStopped(kit.GuardStopped):
+    """The guard ended the turn with ``on_stop="raise"``: raised from its ``before_model`` node, out of ``invoke`` /
+    ``ainvoke`` / ``stream`` / ``astream`` (LangChain has no run-error base of its own). ``stop``: why."""
 
 
 class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
     """Stops a ``create_agent`` agent calling the same tool over and over; ends a stuck turn.
 
-    ::
-
-        agent = create_agent(model, tools=[track_parcel], checkpointer=checkpointer,
-                             middleware=[RepeatGuardMiddleware()])          # Policy() by default
-
-    ``policy``: the rules (a ``repeat_hooks.Policy``), or the settings as keywords
-    (``RepeatGuardMiddleware(max_calls=2, max_refusals=3)``); neither: ``Policy()``. ``cost``: the dollars
-    of one response from its ``usage_metadata`` (``cost=TokenPrices(3, 15)``), required when
-    ``max_cost_usd`` is set. ``clock``: times each model call for ``max_model_seconds``
-    (``repeat_hooks.kit.monotonic``; ``None``: 0 seconds). A setting the middleware could not feed fails
-    here, with ``repeat_hooks.GuardSetupError``; a tool named in the policy that the model call is not
-    offered (``request.tools``) fails at the first model call. ``check_tools=False`` skips that check, for
-    tools a middleware listed after the guard adds at run time (an MCP server's tools loaded mid-run).
-
-    Order: list the guard after every middleware that has an ``after_agent`` hook (checked before anything
-    runs) and after a ``"per_call"`` review (``HumanInTheLoopMiddleware``; checked at its first review, before
-    anyone is asked); each wrong order fails with ``GuardSetupError`` naming the right one. Nobody is asked
-    about a call the guard refused, in either interrupt mode.
+    A ``Policy`` (default ``Policy()``) or its settings as keywords, and the common keywords of every adapter
+    (``repeat_hooks.kit.core``): ``store`` (the counts under the thread id; ``None``: in the graph state), ``cost``
+    (of a response's ``usage_metadata``), ``clock``, ``is_failure``, ``check_tools``, ``on_stop``, ``fail``. A
+    mistake fails here or at the first model call, naming the right spelling; so does a wrong middleware order.
     """
 
     state_schema = RepeatGuardState
 
     def __init__(
         self,
-        policy: Any = None,
+        policy: Policy | None = None,
         *,
-        cost: CostOf | None = None,
-        clock: Clock | None = monotonic,
+        store: StateStore | None = None,
+        cost: kit.CostOf | None = None,
+        clock: kit.Clock | None = kit.monotonic,
+        is_failure: kit.FailureCheck | None = None,
         check_tools: bool = True,
+        on_stop: kit.OnStop = "reply",
+        fail: kit.Fail = "open",
         **settings: Any,
     ) -> None:
         super().__init__()
-        self.policy = policy_from(policy, settings, owner=OWNER)
+        self.core = kit.GuardCore(policy, settings, owner=OWNER, **kit.common(locals()))
+        self.policy = self.core.policy
         """The rules, shared by every thread (settings only; the counts are in each thread's state)."""
-        check_budgets(self.policy, owner=OWNER, cost=cost, clock=clock)
-        self.cost = cost
-        """Maps a response's ``usage_metadata`` to US dollars, for ``max_cost_usd`` (``None``: 0 dollars)."""
-        self.clock = clock
-        """Times each model call, for ``max_model_seconds`` (``None``: 0 seconds)."""
-        policy = self.policy
-        names_tools = bool(policy.limits or policy.exempt or policy.read_only or policy.destructive)
-        self._names_tools = check_tools and names_tools
+        self._parsed = kit.ParsedStates()
 
-    # -- a turn --------------------------------------------------------------------------------------
+    # -- the hooks -----------------------------------------------------------------------------------
 
-    @_scoped
     def before_agent(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Fires once per ``invoke`` / ``stream`` (not on a resume): starts a turn. Returns the reset counters.
-
-        Raises ``GuardSetupError`` when a middleware listed after the guard has an ``after_agent`` hook (it
-        would run before the guard's, which may send the agent back to the model): nothing has run yet.
-        """
-        _check_after_agent_order(self.name)
-        guard = load_state(state)
-        observe.apply(self.policy.start_turn, guard, turn_id=_turn_id(runtime))
-        return {STATE_KEY: dump_state(guard)}
+        """Fires once per ``invoke`` / ``stream`` (not when an interrupted run resumes): starts a turn, or goes on
+        with the caller's (``config["run_id"]``, ``repeat_hooks.kit.request(turn_id=...)``). Returns the update.
+        Raises ``GuardSetupError`` when a middleware listed after the guard has an ``after_agent`` hook."""
+        return self._run(self._start(state, runtime))
 
     async def abefore_agent(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """``before_agent`` for ``ainvoke`` / ``astream``."""
-        return self.before_agent(state, runtime)
-
-    # -- before each model call ----------------------------------------------------------------------
+        return await self._arun(self._start(state, runtime))
 
     @hook_config(can_jump_to=["end"])
     def before_model(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Fires before each model call: records the last tool results, then ends the turn if a rule trips.
-
-        The end is the agent's own jump (``{"jump_to": "end", "messages": [AIMessage(stop.message)]}``): the
-        model node does not run; the caller's last message is the stop message (``stop_of(result)`` says why).
-        """
-        return self._before_model(state)
+        """Fires before each model call: records the last tool results, then ends the turn if a rule trips, with
+        the agent's own end jump (``{"jump_to": "end", "messages": [AIMessage(stop.message)]}``: the model node
+        does not run), or raises ``RepeatGuardStopped`` (``on_stop="raise"``)."""
+        return self._run(self._before_model(state))
 
     @hook_config(can_jump_to=["end"])
     async def abefore_model(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """``before_model`` for ``ainvoke`` / ``astream``."""
-        return self._before_model(state)
+        return await self._arun(self._before_model(state))
 
-    @_scoped
-    def _before_model(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        guard = load_state(state)
-        hints = load_hints(state.get(HINTS_KEY))
-        self._record_outcomes(guard, state.get("messages", ()), state.get(UNDECIDED_KEY) or (), hints)
-        stop = observe.apply(self.policy.decide_model_call, guard)
-        update: dict[str, Any] = {STATE_KEY: dump_state(guard)}
-        if stop is not None:
-            update["jump_to"] = "end"
-            update["messages"] = [AIMessage(content=stop.message)]
-            if state.get(UNDECIDED_KEY):
-                update[UNDECIDED_KEY] = []
-            if state.get(HINTS_KEY):
-                update[HINTS_KEY] = {}
-        return update
+    def wrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        """Fires around each model call (inside the model node): times it, counts it, and decides its response's
+        tool calls as one batch before any runs. Returns the response with each refused call answered by its
+        refusal (``calls.refuse``), and the state update. A model call that raises is not counted."""
+        watch = self._watch(request)
+        return self._run(self._after_model(request, watch, handler(request)))
 
-    # -- the end of the loop -------------------------------------------------------------------------
+    async def awrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        """``wrap_model_call`` for ``ainvoke`` / ``astream``."""
+        watch = self._watch(request)
+        return await self._arun(self._after_model(request, watch, await handler(request)))
+
+    def wrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
+    ) -> ToolMessage | Command[Any]:
+        """Fires around each tool call the guard allowed: returns ``handler``'s result. A call a reviewer edited is
+        decided afresh on its new arguments: refused, it returns the refusal as its ``ToolMessage``."""
+        refusal, ran = self._run(self._verdict(request))
+        if refusal is not None:
+            return refusal
+        with _reviewed():
+            return _stamp(handler(request), ran)
+
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
+    ) -> ToolMessage | Command[Any]:
+        """``wrap_tool_call`` for ``ainvoke`` / ``astream``."""
+        refusal, ran = await self._arun(self._verdict(request))
+        if refusal is not None:
+            return refusal
+        with _reviewed():
+            return _stamp(await handler(request), ran)
 
     @hook_config(can_jump_to=["model"])
     def after_agent(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Fires when the agent loop ends (before ``invoke`` returns). When it ended only because the guard
-        refused every call of the model's last response (no call was left for the tool node), returns
-        ``{"jump_to": "model"}``: the model reads the refusals and answers again, in the same turn. Else
-        ``None``.
-        """
-        if not ended_on_refusals(state.get("messages", ())):
+        """Fires when the agent loop ends. When it ended only because the guard refused every call of the last
+        response, returns ``{"jump_to": "model"}``: the model reads the refusals in the same turn. Else ``None``."""
+        if not calls.ended_on_refusals(state.get("messages", ())):
             return None
         _check_after_agent_order(self.name)  # a run resumed on a graph built in another order
         return {"jump_to": "model"}
@@ -244,282 +164,226 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         """``after_agent`` for ``ainvoke`` / ``astream``."""
         return self.after_agent(state, runtime)
 
-    # -- model calls ---------------------------------------------------------------------------------
+    # -- each hook, written once ---------------------------------------------------------------------
 
-    def wrap_model_call(
-        self, request: ModelRequest[Any], handler: ModelHandler
-    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        """Fires around each model call (inside the model node): times it, then counts it (seconds, cost)
-        and decides its response's tool calls as one batch. Returns the model's response with each refused
-        call answered by its refusal (``refusal.refuse``), and the counters as a state update. A model call
-        that raises is not counted (the error reaches the caller).
-        """
-        self._check_tool_names(request.tools)
-        watch = Stopwatch(self.clock)
-        watch.start()
-        response = handler(request)
-        return self._after_model(request, watch, response)
+    def _start(self, state: Mapping[str, Any], runtime: Runtime[Any]) -> Steps[dict[str, Any]]:
+        _check_after_agent_order(self.name)
+        info = getattr(runtime, "execution_info", None)
+        turn_id = getattr(info, "run_id", None) or self.core.turn_id(getattr(info, "task_id", None))
+        update: dict[str, Any] = {STOP_KEY: None}
+        yield self._where(state, update), lambda guard: self.policy.start_turn(guard, turn_id=turn_id), None
+        return update
 
-    async def awrap_model_call(
-        self, request: ModelRequest[Any], handler: AsyncModelHandler
-    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        """``wrap_model_call`` for ``ainvoke`` / ``astream``."""
-        self._check_tool_names(request.tools)
-        watch = Stopwatch(self.clock)
-        watch.start()
-        response = await handler(request)
-        return self._after_model(request, watch, response)
+    def _before_model(self, state: Mapping[str, Any]) -> Steps[dict[str, Any] | None]:
+        known = calls.saved_hints(state.get(HINTS_KEY))
 
-    # -- tool calls ----------------------------------------------------------------------------------
+        def change(guard: GuardState) -> Any:
+            self._record_outcomes(guard, state.get("messages", ()), state.get(UNDECIDED_KEY) or (), known)
+            return self.policy.decide_model_call(guard)
 
-    def wrap_tool_call(self, request: ToolCallRequest, handler: ToolHandler) -> ToolMessage | Command[Any]:
-        """Fires around each tool call the guard allowed: returns ``handler``'s result. A call a reviewer
-        edited is decided afresh on its new arguments: refused, it returns the refusal as its ``ToolMessage``
-        (``status="error"``) without calling ``handler``.
-        """
-        verdict = self._verdict(request)
-        if verdict.refusal is not None:
-            return verdict.refusal
-        try:
-            return _stamp(handler(request), verdict)
-        except GraphInterrupt as interrupt:
-            _check_interrupt(interrupt)
-            raise
+        update: dict[str, Any] = {}
+        stop = yield self._where(state, update), change, self.core.ended
+        if stop is None:
+            return update or None
+        error = self.core.stopped(stop, RepeatGuardStopped)
+        if error is not None:
+            raise error
+        update.update(jump_to="end", messages=[AIMessage(content=stop.message)])
+        update[STOP_KEY] = stop.model_dump(mode="json")
+        if state.get(UNDECIDED_KEY):
+            update[UNDECIDED_KEY] = []
+        if state.get(HINTS_KEY):
+            update[HINTS_KEY] = {}
+        return update
 
-    async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncToolHandler) -> ToolMessage | Command[Any]:
-        """``wrap_tool_call`` for ``ainvoke`` / ``astream``."""
-        verdict = self._verdict(request)
-        if verdict.refusal is not None:
-            return verdict.refusal
-        try:
-            return _stamp(await handler(request), verdict)
-        except GraphInterrupt as interrupt:
-            _check_interrupt(interrupt)
-            raise
-
-    # -- helpers -------------------------------------------------------------------------------------
-
-    @_scoped
     def _after_model(
-        self, request: ModelRequest[Any], watch: Stopwatch, response: ModelResponse[Any]
-    ) -> ExtendedModelResponse[Any]:
-        """Counts the model call and decides every tool call of its response as one batch."""
-        seconds = watch.seconds()
-        state: Mapping[str, Any] = request.state
-        guard = load_state(state)
-        hints = tool_hints(request.tools)
-        messages = model_messages(response.result)
-        cost = 0.0
-        if self.cost is not None:
-            for message in messages:
-                usage = message.usage_metadata
-                if usage is None:
-                    if self.policy.max_cost_usd is not None:
-                        raise GuardSetupError(
-                            "Policy(max_cost_usd=...) is set but the model's response has no usage_metadata, "
-                            "so the budget could never trip; make the chat model report usage (e.g. "
-                            "ChatOpenAI(stream_usage=True) when streaming), or drop max_cost_usd"
-                        )
-                    continue
-                cost += self.cost(usage)
-        # No delivery id: the count is committed with the response in one checkpoint, so a model node that
-        # runs again (a crash before the commit) is a new, real model call.
-        observe.apply(self.policy.record_model_call, guard, seconds=seconds, cost_usd=cost)
+        self, request: ModelRequest[Any], watch: kit.Stopwatch, response: ModelResponse[Any]
+    ) -> Steps[ExtendedModelResponse[Any]]:
+        seconds, state, known = watch.seconds(), request.state, calls.tool_hints(request.tools)
+        messages = [message for message in response.result if isinstance(message, AIMessage)]
+        if None not in (self.core.cost, self.policy.max_cost_usd) and any(m.usage_metadata is None for m in messages):
+            raise GuardSetupError(NO_USAGE)
+        cost = sum(self.core.cost_of(m.usage_metadata) for m in messages if m.usage_metadata is not None)
         # Calls the model node answered itself (structured output with ToolStrategy) never reach a tool.
-        answered = {m.tool_call_id for m in response.result if isinstance(m, ToolMessage)}
-        # The tool node runs the calls of the last AIMessage (``factory.py:2008``).
-        last = next((candidate for candidate in reversed(messages) if candidate.tool_calls), None)
-        calls = [] if last is None else last.tool_calls
-        skipped = {position for position, call in enumerate(calls) if call.get("id") and call["id"] in answered}
-        batch = [position for position in range(len(calls)) if position not in skipped]
-        refused: dict[int, str] = {}
-        if calls:
-            refusals = observe.apply(
-                self.policy.decide_tool_calls, guard, [guard_call(calls[position], hints) for position in batch]
-            )
-            for position, refusal in zip(batch, refusals, strict=True):
-                if refusal is not None:
-                    refused[position] = refusal.message
-        kept = kept_positions(len(calls), refused)
+        answered = {message.tool_call_id for message in response.result if isinstance(message, ToolMessage)}
+        last = next((message for message in reversed(messages) if message.tool_calls), None)  # the tool node's
+        asked = [] if last is None else last.tool_calls
+        skipped = {n for n, call in enumerate(asked) if call.get("id") and call["id"] in answered}
+        batch = [n for n in range(len(asked)) if n not in skipped]
+        decided = [calls.guard_call(asked[n], known) for n in batch]
+
+        def change(guard: GuardState) -> Any:
+            self.policy.record_model_call(guard, seconds=seconds, cost_usd=cost)
+            return self.policy.decide_tool_calls(guard, decided) if asked else []
+
+        update: dict[str, Any] = {}
+        refusals = yield self._where(state, update), change, [self.core.refused] * len(decided)
+        refused = {n: refusal.message for n, refusal in zip(batch, refusals, strict=True) if refusal is not None}
         if last is not None and refused:
-            response = ModelResponse(
-                result=refuse(response.result, last, refused), structured_response=response.structured_response
-            )
-        update: dict[str, Any] = {STATE_KEY: dump_state(guard)}
-        undecided = sorted(kept[position] for position in skipped)  # not the guard's to decide
+            result = calls.refuse(response.result, last, refused)
+            response = ModelResponse(result=result, structured_response=response.structured_response)
+        kept = [n for n in range(len(asked)) if n not in refused]
+        undecided = sorted(kept.index(n) for n in skipped)  # not the guard's to decide
         if undecided or state.get(UNDECIDED_KEY):
             update[UNDECIDED_KEY] = undecided  # written when there is something to set or to clear
-        batch_hints = dump_hints(hints, [calls[position]["name"] for position in kept])
+        names = sorted({asked[n]["name"] for n in kept})
+        batch_hints = {name: known[name] for name in names if name in known}
         if batch_hints or state.get(HINTS_KEY):
             update[HINTS_KEY] = batch_hints
         return ExtendedModelResponse(model_response=response, command=Command(update=update))
 
-    def _record_outcomes(
-        self,
-        guard: GuardState,
-        messages: Sequence[AnyMessage],
-        undecided: Sequence[int],
-        hints: Mapping[str, Hints],
-    ) -> None:
-        """Records the outcome of each call of the last batch: what ran, as the model read it.
+    def _verdict(self, request: ToolCallRequest) -> Steps[tuple[ToolMessage | None, dict[str, Any] | None]]:
+        """A tool call's refusal (a reviewer's edit decided afresh, on the counts as the model node left them: it
+        does not run), else ``None`` and, for an edit, the call that runs, stamped on its result (``RAN_KEY``)."""
+        state, call = request.state, request.tool_call
+        message = calls.last_ai_message(state.get("messages", ()))
+        position = None if message is None else calls.request_position(message, call)
+        original = None if message is None or position is None else message.tool_calls[position]
+        running = calls.edit_of(state.get(calls.HITL_EDITS_KEY), call) or call
+        if original is None or calls.same_call(original, running):
+            yield _NOTHING
+            return None, None
+        tools = getattr(request.runtime, "tools", None) or ()
+        known = {**calls.saved_hints(state.get(HINTS_KEY)), **calls.tool_hints(tools)}
+        rejected, edited = calls.guard_call(original, known), calls.guard_call(running, known)
 
-        A call a reviewer rejected did not run: withdrawn (it waits for no outcome, and counts as a rejected
-        call). A call a reviewer edited is withdrawn the same way, and what ran is decided afresh, as the tool
-        node decided it.
-        """
-        message, answers = last_batch(messages)
+        def change(guard: GuardState) -> Any:
+            guard = guard.model_copy(deep=True)  # decided for good in the next before_model, with its outcome
+            self.policy.record_rejection(guard, rejected)
+            return self.policy.decide_tool_call(guard, edited)
+
+        refusal = yield self._where(state, None), change, self.core.refused
+        ran = {"name": running["name"], "args": running.get("args"), "refused": refusal is not None}
+        if refusal is None:
+            return None, ran
+        return calls.answer(call, calls.edit_refusal(refusal.reason, running["name"]), {RAN_KEY: ran}), None
+
+    # -- helpers -------------------------------------------------------------------------------------
+
+    def _record_outcomes(
+        self, guard: GuardState, messages: Sequence[Any], undecided: Sequence[int], known: calls.ByTool
+    ) -> None:
+        """Record each call of the last batch as it ran and as the model read it. A call a reviewer rejected did
+        not run (``record_rejection``); one a reviewer edited is rejected too, and what ran decided afresh, as the
+        tool node decided it."""
+        message, answers = calls.last_batch(messages)
         if message is None:
             return
-        calls = message.tool_calls
-        for answer, position in zip(answers, answered_positions(calls, answers), strict=True):
+        made, policy = message.tool_calls, self.policy
+        for answer, position in zip(answers, calls.answered_positions(made, answers), strict=True):
             if position is None or position in undecided:
                 continue  # a refusal (its call left tool_calls), or not the guard's (a structured-output call)
-            original = guard_call(calls[position], hints)
+            call = calls.guard_call(made[position], known)
             ran = answer.response_metadata.get(RAN_KEY) if isinstance(answer.response_metadata, dict) else None
-            if isinstance(ran, dict) and isinstance(ran.get("name"), str):
-                # A reviewer replaced the call: the original did not run; the new one was decided in the tool node.
-                observe.apply(self.policy.record_rejection, guard, original)
+            if isinstance(ran, dict) and isinstance(ran.get("name"), str):  # a reviewer replaced the call
+                policy.record_rejection(guard, call)
                 args = ran.get("args")
-                ran_call = tool_call(name=ran["name"], args=args if isinstance(args, dict) else {}, id=None)
-                edited = guard_call(ran_call, hints)
-                if observe.apply(self.policy.decide_tool_call, guard, edited) is None and not ran.get("refused"):
-                    observe.apply(
-                        self.policy.record_tool_result, guard, edited, ok=not failed(answer), result=model_view(answer)
-                    )
+                call = calls.guard_call(
+                    {"name": ran["name"], "args": args if isinstance(args, dict) else {}, "id": None}, known
+                )
+                if policy.decide_tool_call(guard, call) is not None or ran.get("refused"):
+                    continue
+            elif calls.rejected_by_reviewer(answer):
+                policy.record_rejection(guard, call)
                 continue
-            if rejected_by_reviewer(answer):
-                observe.apply(self.policy.record_rejection, guard, original)
-                continue
-            # What the model read of the result (content, block ids left out), not the message object.
-            observe.apply(
-                self.policy.record_tool_result, guard, original, ok=not failed(answer), result=model_view(answer)
-            )
+            ok = self.core.ok(calls.succeeded(answer), view := calls.model_view(answer))
+            policy.record_tool_result(guard, call, ok=ok, result=view, delivery_id=answer.id or None)
 
-    @_scoped
-    def _verdict(self, request: ToolCallRequest) -> _Verdict:
-        """What to do with the call ``request`` runs (one the guard allowed, or a reviewer's edit of it): run it
-        (and, when a reviewer edited it, the call that runs, for the next step's counts), or, for an edit the
-        guard refuses, its refusal as a ``ToolMessage``."""
-        state = request.state
-        call = request.tool_call
-        message = last_ai_message(state.get("messages", ()))
-        position = None if message is None else request_position(message, call)
-        if message is None or position is None:
-            return _RUN
-        original = message.tool_calls[position]
-        running = edit_of(state.get(HITL_EDITS_KEY), call) or call
-        if same_call(original, running):
-            return _RUN
-        # A reviewer replaced the call: decide the new one afresh, on the counts as the model node left them.
-        hints = load_hints(state.get(HINTS_KEY))
-        hints.update(tool_hints(getattr(request.runtime, "tools", None) or ()))
-        guard = load_state(state)
-        observe.apply(self.policy.record_rejection, guard, guard_call(original, hints))
-        refusal = observe.apply(self.policy.decide_tool_call, guard, guard_call(running, hints))
-        ran = {"name": running["name"], "args": running.get("args"), "refused": refusal is not None}
-        if refusal is not None:
-            return _Verdict(_refusal_message(call, edit_refusal(refusal.reason, running["name"]), ran), None)
-        return _Verdict(None, ran)
+    def _where(self, state: Mapping[str, Any], update: dict[str, Any] | None) -> str | GraphSlot:
+        """The conversation's store key, else its graph state (written into ``update``)."""
+        if self.core.store is None:
+            return GraphSlot(self._parsed, state, update)
+        return conversation_key(_config(), self.core.conversation_id())
 
-    def _check_tool_names(self, tools: Sequence[object]) -> None:
-        """The tools named in the policy must be among the tools the model call is offered (``request.tools``:
-        the agent's tools, MCP tools given to ``create_agent`` among them), checked at every model call when
-        the policy names any tool; raises ``GuardSetupError`` naming the closest one."""
-        if not self._names_tools:
-            return
-        names = (name for name in (getattr(tool, "name", None) for tool in tools) if isinstance(name, str))
+    def _run(self, steps: Steps[R]) -> R:
+        """A hook on the sync path: its update with ``update_now`` (an async-only store on the guard's own loop)."""
+        with self._scope():
+            where, change, outage = next(steps)
+            return _finish(steps, None if change is None else self.core.update_now(where, change, outage=outage))
+
+    async def _arun(self, steps: Steps[R]) -> R:
+        """A hook on the async path: its update awaited."""
+        with self._scope():
+            where, change, outage = next(steps)
+            return _finish(steps, None if change is None else await self.core.update(where, change, outage=outage))
+
+    def _scope(self) -> contextlib.AbstractContextManager[Any]:
+        """The observers' scope: the run's thread (or the caller's conversation) and ``create_agent(name=...)``."""
+        config = _config()
+        thread = (config.get("configurable") or {}).get("thread_id")
+        name = (config.get("metadata") or {}).get("lc_agent_name")
+        return self.core.scope(str(thread) if thread is not None else self.core.conversation_id(), name)
+
+    def _watch(self, request: ModelRequest[Any]) -> kit.Stopwatch:
+        """Before a model call: the policy's tool names among the tools it is offered (once per tool set), and a
+        started ``Stopwatch``."""
+        names = (name for name in (getattr(tool, "name", None) for tool in request.tools) if isinstance(name, str))
         try:
-            check_tool_names(self.policy, names, owner=OWNER)
+            self.core.check_tool_names(names)
         except GuardSetupError as error:
             raise GuardSetupError(f"{error}{TOOLS_OFFERED}") from None
+        watch = kit.Stopwatch(self.core.clock)
+        watch.start()
+        return watch
 
 
-class _Verdict(NamedTuple):
-    """A tool call's fate: its refusal (the tool does not run), or ``None`` and, for a call a reviewer edited,
-    the call that runs (``{"name", "args", "refused"}``) to stamp on its result."""
-
-    refusal: ToolMessage | None
-    ran: dict[str, Any] | None
+_NOTHING = (None, None, None)
 
 
-_RUN = _Verdict(None, None)
+def _finish(steps: Steps[R], decided: Any) -> R:
+    try:
+        steps.send(decided)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    raise AssertionError("a hook makes one update")
 
 
-def _refusal_message(call: LangChainToolCall, text: str, ran: dict[str, Any]) -> ToolMessage:
-    """The refusal of a reviewer's edit as the call's ``ToolMessage`` (``status="error"``)."""
-    return ToolMessage(
-        content=text,
-        tool_call_id=call.get("id") or "",
-        name=call["name"],
-        status="error",
-        response_metadata={RAN_KEY: ran},
-    )
+def _config() -> Mapping[str, Any]:
+    try:
+        return get_config()
+    except RuntimeError:  # not inside a graph run
+        return {}
 
 
-def _stamp(result: ToolMessage | Command[Any], verdict: _Verdict) -> ToolMessage | Command[Any]:
+def _stamp(result: ToolMessage | Command[Any], ran: dict[str, Any] | None) -> ToolMessage | Command[Any]:
     """``result`` with the call that ran in its ``response_metadata``, when a reviewer edited the call."""
-    if verdict.ran is None or not isinstance(result, ToolMessage):
+    if ran is None or not isinstance(result, ToolMessage):
         return result
-    return result.model_copy(update={"response_metadata": {**result.response_metadata, RAN_KEY: verdict.ran}})
+    return result.model_copy(update={"response_metadata": {**result.response_metadata, RAN_KEY: ran}})
 
 
-def _check_interrupt(interrupt: GraphInterrupt) -> None:
+@contextlib.contextmanager
+def _reviewed() -> Iterator[None]:
     """A per-call review raised inside the guard's tool-call hook: the reviewer's edit would run undecided."""
-    for item in interrupt.args[0] if interrupt.args and isinstance(interrupt.args[0], Sequence) else ():
-        value = getattr(item, "value", None)
-        if isinstance(value, Mapping) and value.get("type") == "tool_approval":
-            raise GuardSetupError(PER_CALL_ORDER) from None
-
-
-_BRANCH = "branch:to:"
-_AFTER_AGENT = ".after_agent"
+    try:
+        yield
+    except GraphInterrupt as interrupt:
+        items = interrupt.args[0] if interrupt.args and isinstance(interrupt.args[0], Sequence) else ()
+        for item in items:
+            value = getattr(item, "value", None)
+            if isinstance(value, Mapping) and value.get("type") == "tool_approval":
+                raise GuardSetupError(PER_CALL_ORDER) from None
+        raise
 
 
 def _check_after_agent_order(own: str) -> None:
-    """Raises ``GuardSetupError`` when a middleware listed after the guard (``own``: its node name prefix) has
-    an ``after_agent`` hook.
-
-    ``create_agent`` chains the ``after_agent`` nodes in reverse list order (``langchain/agents/factory.py``,
-    "Chain after_agent middleware"), so theirs would end the run before the guard's could send the agent back
-    to the model. No public API lists a graph's nodes to a running node: they are read from the channels the
-    running task reads the state through (LangGraph's ``CONFIG_KEY_READ``, a ``functools.partial`` of
-    ``local_read(scratchpad, channels, ...)``; one ``"branch:to:<node>"`` channel per node, in the order
-    ``create_agent`` added the nodes, which is the list order). Outside a graph run, or where that shape
-    changes (``tests/adapters/langchain/test_order.py`` fails then), nothing is checked.
-    """
-    try:
-        config = get_config()
-    except RuntimeError:
-        return
-    read = (config.get("configurable") or {}).get("__pregel_read")
+    """Raise ``GuardSetupError`` when a middleware listed after the guard (``own``) has an ``after_agent`` hook, read
+    from the running task's channels (see the README); outside a graph run, or another shape, nothing is checked."""
+    read = (_config().get("configurable") or {}).get("__pregel_read")
     args: Sequence[Any] = getattr(read, "args", None) or ()
     channels = args[1] if len(args) > 1 and isinstance(args[1], Mapping) else {}
+    head, tail = "branch:to:", ".after_agent"
     nodes = [
-        channel[len(_BRANCH) : -len(_AFTER_AGENT)]
-        for channel in channels
-        if isinstance(channel, str) and channel.startswith(_BRANCH) and channel.endswith(_AFTER_AGENT)
+        c[len(head) : -len(tail)] for c in channels if isinstance(c, str) and c.startswith(head) and c.endswith(tail)
     ]
     later = nodes[nodes.index(own) + 1 :] if own in nodes else []
-    if later:
-        raise GuardSetupError(_after_agent_order(later))
-
-
-def _after_agent_order(later: Sequence[str]) -> str:
-    """The error for middleware ``later`` (names) listed after the guard with an ``after_agent`` hook."""
-    one = len(later) == 1
-    names = ", ".join(later)
-    return (
-        f"{names} {'is' if one else 'are'} listed after RepeatGuardMiddleware and {'has' if one else 'have'} an "
-        f"after_agent hook, which runs before the guard's (after_agent hooks run in reverse list order): when "
-        f"the guard refuses every call of a response, its after_agent sends the agent back to the model, after "
-        f"{'that hook' if one else 'those hooks'} had already run as if the run were over (ShellToolMiddleware "
-        f"closes its shell); list RepeatGuardMiddleware after {'it' if one else 'them'}: create_agent(..., "
-        f"middleware=[{', '.join(name + '(...)' for name in later)}, RepeatGuardMiddleware(...)])"
+    if not later:
+        return
+    one, listed = len(later) == 1, ", ".join(f"{name}(...)" for name in later)
+    raise GuardSetupError(
+        f"{', '.join(later)} {'is' if one else 'are'} listed after RepeatGuardMiddleware with an after_agent hook, "
+        "which runs first (after_agent hooks run in reverse list order), as if the run were over, when the guard's "
+        "may still send the agent back to the model (ShellToolMiddleware would have closed its shell); list "
+        f"RepeatGuardMiddleware after {'it' if one else 'them'}: create_agent(..., middleware=[{listed}, "
+        "RepeatGuardMiddleware(...)])"
     )
-
-
-def _turn_id(runtime: Runtime[Any]) -> str | None:
-    """The id of the task running ``before_agent``: one per run (the same if that node is re-executed)."""
-    info = getattr(runtime, "execution_info", None)
-    task_id = getattr(info, "task_id", None)
-    return task_id if isinstance(task_id, str) and task_id else None

@@ -41,6 +41,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command
 from pydantic import ConfigDict, Field, PrivateAttr, SkipValidation
 
+from repeat_hooks import StateStore
 from repeat_hooks.kit.conformance import STOPPED, Cursor, Scenario, Tool, ToolBox, ToolFailed, TurnOutcome
 from repeat_hooks.result import error_text
 
@@ -240,21 +241,27 @@ class Driver:
                 if not result.get("__interrupt__"):
                     break
                 run_input = Command(resume=_review(box, result["__interrupt__"]))
-            messages: list[BaseMessage] = result["messages"]
-            start = max(index for index, message in enumerate(messages) if isinstance(message, HumanMessage))
-            seen = [str(message.text) for message in messages[start:] if isinstance(message, ToolMessage)]
-            stops = [m for m in messages[start:] if isinstance(m, AIMessage) and str(m.text).startswith(STOPPED)]
-            outcomes.append(
-                TurnOutcome(
-                    final=str(messages[-1].text),
-                    stop=stop_of(result),
-                    seen=seen,
-                    model_calls=cursor.step,
-                    stop_messages=len(stops),
-                    rounds=max(ran[0], 1),
-                )
-            )
+            outcomes.append(_outcome(result, cursor, max(ran[0], 1)))
         return outcomes
+
+    def run_turn(
+        self, scenario: Scenario, box: ToolBox, *, store: StateStore, conversation_id: str, turn_id: str
+    ) -> TurnOutcome:
+        """The first turn of ``scenario`` on a fresh agent whose guard keeps its states in ``store``, named as a
+        LangChain caller names a retried request's: the thread id (``configurable.thread_id``) and the run id
+        (``config["run_id"]``, a UUID: the one made from ``turn_id``)."""
+        cursor = Cursor(scenario)
+        cursor.start_turn(0)
+        agent = create_agent(
+            ScriptedChatModel(then=_script(cursor)),
+            tools=[kit_tool(box, tool) for tool in scenario.tools],
+            middleware=[RepeatGuardMiddleware(scenario.policy, store=store, **self.options)],
+            checkpointer=InMemorySaver(),
+        )
+        run_id = uuid.uuid5(uuid.NAMESPACE_URL, turn_id)
+        config: Any = {"configurable": {"thread_id": conversation_id}, "run_id": run_id, "recursion_limit": 200}
+        result = self._invoke(agent, {"messages": [HumanMessage(content=scenario.turns[0].message)]}, config)
+        return _outcome(result, cursor, 1)
 
     def _branches(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
         """Each turn on a graph whose nodes, started at once, each run an agent of their own (one middleware
@@ -292,6 +299,15 @@ class Driver:
 
     def _invoke(self, agent: Any, run_input: Any, config: Any) -> Any:
         return asyncio.run(agent.ainvoke(run_input, config)) if self.asynchronous else agent.invoke(run_input, config)
+
+
+def _outcome(result: Any, cursor: Cursor, rounds: int) -> TurnOutcome:
+    """What a turn's result shows: the ``ToolMessage``\\ s after its user message, the stop, the stop messages."""
+    messages: list[BaseMessage] = result["messages"]
+    start = max(index for index, message in enumerate(messages) if isinstance(message, HumanMessage))
+    seen = [str(message.text) for message in messages[start:] if isinstance(message, ToolMessage)]
+    stops = [m for m in messages[start:] if isinstance(m, AIMessage) and str(m.text).startswith(STOPPED)]
+    return TurnOutcome(str(messages[-1].text), stop_of(result), seen, cursor.step, len(stops), rounds)
 
 
 def _loop(agent: Any, rounds: int, ran: list[int]) -> Any:

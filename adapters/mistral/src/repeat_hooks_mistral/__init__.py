@@ -1,39 +1,25 @@
 """repeat-hooks for the Mistral Agents SDK (mistralai-agents 1.1).
 
-``RepeatGuardHook`` is an ``agents.Hook``: add it to ``agents.Harness(hooks=[...])`` as it is (the default
-``Policy()``), or subclass it and set ``policy`` (and ``store``, ``cost``, ...) in the class body. Read a
-turn's stop with ``stop_of(Guard, session_id)``, or run a turn with ``Guard.run(agent_or_session, text)``.
-``repeat_hooks_mistral.testing`` has a scripted model for offline runs and the conformance driver.
+``hooks=[StopRepeatedCalls()]`` is seed 004's guard; ``RepeatGuardHook`` takes any ``Policy``: subclass it and set
+``policy`` (``store``, ``cost``, ``fail``...) in the class body. Read a turn's stop with ``await stop_of(session,
+guard=Guard)``, or run a turn with ``Guard.run(agent_or_session, text)``. ``.testing``: a scripted model, the
+conformance driver.
 """
 
-from repeat_hooks import (
-    GuardEvent,
-    GuardSetupError,
-    GuardState,
-    MemoryStore,
-    Policy,
-    StateStore,
-    Stop,
-    StopReason,
-    TokenPrices,
-)
+from repeat_hooks import Policy, Stop, StopReason, TokenPrices
+from repeat_hooks.kit import moved
 
-from .guard import RepeatGuardHook
-from .state import STORE_DOWN_REFUSAL, STORE_DOWN_STOP, StoreDownStop, events_of, read_state, stop_of
+from .guard import GuardSetupError, RepeatGuardHook, RepeatGuardStopped, StopRepeatedCalls
+from .state import events_of, read_state, stop_of
 
 __all__ = [
-    "STORE_DOWN_REFUSAL",
-    "STORE_DOWN_STOP",
-    "GuardEvent",
     "GuardSetupError",
-    "GuardState",
-    "MemoryStore",
     "Policy",
     "RepeatGuardHook",
-    "StateStore",
+    "RepeatGuardStopped",
     "Stop",
     "StopReason",
-    "StoreDownStop",
+    "StopRepeatedCalls",
     "TokenPrices",
     "events_of",
     "read_state",
@@ -41,3 +27,13 @@ __all__ = [
 ]
 
 __version__ = "0.3.0"
+
+__getattr__ = moved(
+    __name__,
+    {
+        **{name: f"repeat_hooks:{name}" for name in ("GuardEvent", "GuardState", "MemoryStore", "StateStore")},
+        "StoreDownStop": "repeat_hooks:Stop",
+        **{name: f"repeat_hooks.messages:{name}" for name in ("STORE_DOWN_REFUSAL", "STORE_DOWN_STOP")},
+    },
+)
+"""0.2's names, now imported from ``repeat_hooks`` (``StoreDownStop``: a ``Stop``) or ``repeat_hooks.messages``."""

@@ -1,30 +1,18 @@
-"""Where a guard class keeps its sessions' states, and how to read them afterwards: ``stop_of``.
-
-The hook object holds nothing (rc11 rebuilds it per hook point and per activity, and refuses instance
-attributes when deployed), so every guard class keeps one ``GuardState`` per session in its ``store``,
-under ``{state_name}:{session_id}``. Each hook call is one atomic ``store.update``.
-
-rc11 drops the message a hook ends a turn with (the turn comes back ``completed`` with empty text), so
-the stop is read from the store: ``await stop_of(ParcelGuard, session_id)``. A turn the guard ended
-because the store itself failed (``fail_closed = True``) cannot be written to that store: the process that
-ended it keeps the stop in memory (``OUTAGES``, the last 1024 sessions) until the session's next hook call
-that reaches the store, and ``stop_of`` reads it from there.
-"""
+"""Where a guard class keeps its sessions' states (``store``, under ``{state_name}:{session_id}``), and reading a
+turn's stop afterwards: rc11 drops the message a hook ends a turn with, so ``stop_of`` reads the store."""
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
+import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from mistralai.vibe.harness.app_server.session import SessionClient
+from mistralai.vibe_agents.sdk.transport.results import RunResult
 
-from repeat_hooks import GuardEvent, GuardState, MemoryStore, Stop
-
-if TYPE_CHECKING:
-    from .guard import RepeatGuardHook
+from repeat_hooks import GuardEvent, GuardState, MemoryStore, StateStore, Stop
+from repeat_hooks.kit import GuardCore
 
 logger = logging.getLogger("repeat_hooks_mistral")
 
@@ -33,21 +21,19 @@ T = TypeVar("T")
 DEFAULT_MAX_SESSIONS = 1024
 """Sessions the default in-process store keeps per guard class (least recently used forgotten first)."""
 
-STORE_DOWN_REFUSAL = (
-    "Refused: the loop guard could not read this turn's calls, so no tool may run now. "
-    "Do not call tools again: answer with what you know."
-)
-"""What the model reads for a tool call refused because the store failed (``fail_closed = True``)."""
-STORE_DOWN_STOP = "I stopped: the loop guard could not read this turn's calls. Try again later."
-"""The message of a turn ended because the store failed (``fail_closed = True``)."""
+
+class Guard(Protocol):
+    """A guard class, as the readers here use it (``RepeatGuardHook`` or a subclass)."""
+
+    core: GuardCore
+    store: StateStore
+
+    def state_key(self, session_id: str) -> str: ...
 
 
 class ClassStore(MemoryStore):
-    """The in-process store a guard class gets when it names none: shared by every instance of that class.
-
-    Keeps ``DEFAULT_MAX_SESSIONS`` sessions; the first time it forgets one it logs a warning, since a
-    session forgotten while it is still live starts its counts again from zero.
-    """
+    """The in-process store a guard class gets when it names none (``DEFAULT_MAX_SESSIONS`` sessions); the first
+    time it forgets one it logs a warning, since a session forgotten while still live counts from zero again."""
 
     def __init__(self, owner: str) -> None:
         super().__init__(max_sessions=DEFAULT_MAX_SESSIONS)
@@ -57,111 +43,65 @@ class ClassStore(MemoryStore):
         evictions = self.evictions
         result = self.update_now(key, change)
         if evictions == 0 and self.evictions:
-            logger.warning(
-                "repeat_hooks_mistral: %s's in-process store keeps %d sessions and has begun forgetting the "
-                "least recently used; a live session it forgets counts from zero again. Set "
-                "store = MemoryStore(max_sessions=...) on the class, or a shared store (RedisStore)",
-                self.owner,
-                self.max_sessions,
-            )
+            message = "%s's in-process store has begun forgetting the least recently used of its %d sessions (one"
+            message += " still live counts from zero again): set store = MemoryStore(max_sessions=...) or a shared one"
+            logger.warning(message, self.owner, self.max_sessions)
         return result
 
 
-class StoreDownStop(BaseModel):
-    """A turn the guard ended because its store failed (``fail_closed = True``): what ``stop_of`` returns
-    for it. Read like a ``Stop``: ``reason`` (``"store_unavailable"``) and ``message``."""
-
-    model_config = ConfigDict(frozen=True)
-
-    message: str = STORE_DOWN_STOP
-    """The stop message (``STORE_DOWN_STOP``)."""
-    reason: Literal["store_unavailable"] = "store_unavailable"
-    """Always ``"store_unavailable"``."""
-    turn_id: str | None = None
-    """The turn it ended."""
-
-
-class Outages:
-    """The fail-closed stops of this process, by state key, not yet superseded by a working store call."""
-
-    def __init__(self, max_sessions: int = 1024) -> None:
-        self.max_sessions = max_sessions
-        self._stops: OrderedDict[str, StoreDownStop] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def note(self, key: str, turn_id: str | None) -> None:
-        """The turn ``turn_id`` of the session under ``key`` was ended because the store failed."""
-        with self._lock:
-            self._stops[key] = StoreDownStop(turn_id=turn_id)
-            self._stops.move_to_end(key)
-            if len(self._stops) > self.max_sessions:
-                self._stops.popitem(last=False)
-
-    def clear(self, key: str) -> None:
-        """The store served the session again: its state says what happened from now on."""
-        if self._stops:
-            with self._lock:
-                self._stops.pop(key, None)
-
-    def stop(self, key: str, turn_id: str | None = None) -> StoreDownStop | None:
-        """The fail-closed stop kept for ``key`` (for ``turn_id``, if given), or ``None``."""
-        with self._lock:
-            stop = self._stops.get(key)
-        if stop is None or (turn_id is not None and stop.turn_id != turn_id):
-            return None
-        return stop
+async def stop_of(
+    returned: SessionClient | RunResult[Any] | str,
+    /,
+    *old: Any,
+    guard: Guard | None = None,
+    session: SessionClient | None = None,
+    turn_id: str | None = None,
+) -> Stop | None:
+    """How ``guard`` ended a turn of ``returned`` (a session: its latest turn, or ``turn_id``; a ``RunResult`` with
+    its ``session``: its turn; a session or ``request(...)`` conversation id), or ``None``. A turn this process
+    ended because the store was down reads as ``StopReason.STORE_UNAVAILABLE``; other reads raise its error."""
+    found, key, turn_id = _where("stop_of", returned, old, guard, session, turn_id)
+    return await found.core.stop_of(key, turn_id)
 
 
-OUTAGES = Outages()
-"""Every guard class's fail-closed stops in this process (keys hold the class's ``state_name``)."""
+async def read_state(returned: SessionClient | str, /, *old: Any, guard: Guard | None = None) -> GuardState | None:
+    """The session's counters as ``guard`` last stored them (a copy), or ``None`` if it made no call."""
+    found, key, _ = _where("read_state", returned, old, guard, None, None)
+    return await found.store.load(key)
 
 
-async def read_state(guard: type[RepeatGuardHook], session_id: str) -> GuardState | None:
-    """The session's counters as ``guard`` last stored them (a copy, for reading), or ``None`` if it made no call.
-
-    Raises ``StoreUnavailable`` (or the store's own error) when the store cannot be read.
-    """
-    return await guard.store.load(guard.state_key(session_id))
-
-
-async def events_of(guard: type[RepeatGuardHook], session_id: str) -> list[GuardEvent]:
+async def events_of(returned: SessionClient | str, /, *old: Any, guard: Guard | None = None) -> list[GuardEvent]:
     """The session's refusals and stops under ``guard``, oldest first (the last 64, across turns)."""
-    state = await read_state(guard, session_id)
+    found, key, _ = _where("events_of", returned, old, guard, None, None)
+    state = await found.store.load(key)
     return [] if state is None else list(state.events)
 
 
-async def stop_of(
-    guard: type[RepeatGuardHook], session_id: str, turn_id: str | None = None
-) -> Stop | StoreDownStop | None:
-    """Why and with what message ``guard`` ended a turn of the session, or ``None`` if it did not.
-
-    rc11 drops the message a hook ends a turn with, so a turn the guard ended comes back ``completed``
-    with empty text: read the stop here (``guard.run(...)`` does, and puts the message in the result's
-    text). Without ``turn_id``, the latest turn's; with it, that turn's (while its stop event is among
-    the last 64 kept).
-
-    A turn this process ended because the store failed (``fail_closed = True``) reads as a
-    ``StoreDownStop`` (``reason == "store_unavailable"``, ``message == STORE_DOWN_STOP``) without
-    touching the store, until the session's next hook call that reaches the store. Any other read
-    while the store is down raises the store's error (``StoreUnavailable``): the guard cannot know.
-    """
-    down = OUTAGES.stop(guard.state_key(session_id), turn_id)
-    if down is not None:
-        return down
-    state = await read_state(guard, session_id)
-    if state is None:
-        return None
-    return state.turn.stop if turn_id is None else state.stop_of(turn_id)
-
-
-__all__ = [
-    "DEFAULT_MAX_SESSIONS",
-    "OUTAGES",
-    "STORE_DOWN_REFUSAL",
-    "STORE_DOWN_STOP",
-    "ClassStore",
-    "StoreDownStop",
-    "events_of",
-    "read_state",
-    "stop_of",
-]
+def _where(
+    verb: str, returned: Any, old: tuple[Any, ...], guard: Guard | None, session: Any, turn_id: str | None
+) -> tuple[Guard, str, str | None]:
+    """The guard, the store key and the turn a reader names; ``verb(Guard, session_id[, turn_id])`` (0.2) warns."""
+    if isinstance(returned, type):
+        warnings.warn(
+            f"{verb}(Guard, session_id) is deprecated: use await {verb}(session, guard=Guard)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        guard, (returned, *rest) = returned, old  # type: ignore[assignment]
+        turn_id = rest[0] if rest else turn_id
+    elif old:
+        raise TypeError(f"{verb}() takes one positional argument, the session: await {verb}(session, guard=Guard)")
+    if guard is None:
+        raise TypeError(f"{verb}() needs the guard class: await {verb}(session, guard=ParcelGuard)")
+    if isinstance(returned, RunResult):
+        if session is None:
+            raise TypeError(f"{verb}(result) needs the result's session: await {verb}(result, guard=..., session=...)")
+        turns = session.state.turns
+        if turn_id is None and turns is not None and 0 < returned.turn_number <= len(turns.items):
+            turn_id = turns.items[returned.turn_number - 1].id
+        returned = session
+    if isinstance(returned, SessionClient):
+        returned = returned.session_id
+    if not isinstance(returned, str):
+        raise TypeError(f"{verb}() reads a session, a RunResult or a session id, not {type(returned).__name__}")
+    return guard, guard.state_key(returned), turn_id

@@ -52,7 +52,8 @@ from mistralai.vibe.harness.runtime.completion.models import (
 )
 from mistralai.vibe_agents.sdk.transport.results import RunResult, run_one_turn
 
-from repeat_hooks import MemoryStore, Stop
+from repeat_hooks import MemoryStore, StateStore
+from repeat_hooks.kit import current_request, request
 from repeat_hooks.kit.conformance import FINAL, SCENARIOS, STOPPED, Cursor, Scenario, ToolBox, TurnOutcome
 
 from .guard import RepeatGuardHook
@@ -235,6 +236,18 @@ class Driver:
         """Run every turn of ``scenario`` in one new session; one outcome per turn (blocks: ``asyncio.run``)."""
         return asyncio.run(self.arun(scenario, box))
 
+    def run_turn(
+        self, scenario: Scenario, box: ToolBox, *, store: StateStore, conversation_id: str, turn_id: str
+    ) -> TurnOutcome:
+        """Run the first turn of ``scenario`` with a guard whose states live in ``store``, in a new rc11 session
+        (rc11 gives it its own session and turn ids), the conversation and the turn named as a retried request's
+        are: ``with repeat_hooks.kit.request(conversation_id=..., turn_id=...)`` around ``Guard.run``. The guard
+        class has one name in every process (``Driver.Retried``), so its states have one key."""
+        body = {"__module__": __name__, "__qualname__": "Driver.Retried", "policy": scenario.policy, "store": store}
+        guard = cast(type[RepeatGuardHook], GuardClass("Retried", (RepeatGuardHook,), body))
+        with request(conversation_id=conversation_id, turn_id=turn_id):
+            return asyncio.run(self._turns(scenario, box, guard))[0]
+
     async def arun(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
         """``run`` for callers already inside an event loop."""
         number = next(self._classes)
@@ -247,10 +260,16 @@ class Driver:
         guard = cast(type[RepeatGuardHook], GuardClass(f"Conformance{number}", (RepeatGuardHook,), body))
         if scenario.branches > 1:
             return await self._branches(scenario, box, guard)
+        return await self._turns(scenario, box, guard)
+
+    async def _turns(self, scenario: Scenario, box: ToolBox, guard: type[RepeatGuardHook]) -> list[TurnOutcome]:
+        """The scenario's turns in one session (only the first, in a ``request(...)`` block: the retried turn),
+        then the probe, outside the block."""
         cursor = Cursor(scenario)
         probing = False
+        named = current_request()
 
-        def script(request: CompletionRequest) -> Reply:
+        def script(sent: CompletionRequest) -> Reply:
             if probing:
                 return FINAL
             reply = cursor.next()
@@ -280,24 +299,26 @@ class Driver:
             return CallbackResult(callback_id=callback.id, output=box.ask(callback.name, str(callback.input["query"])))
 
         outcomes: list[TurnOutcome] = []
+        turns = scenario.turns[:1] if named.turn_id else scenario.turns
         async with (
             await agent.create_session() as session,
             session.provide_callbacks(kinds={"approval"}, handler=approve) if asked else contextlib.nullcontext(),
         ):
-            for number, turn in enumerate(scenario.turns):
+            for number, turn in enumerate(turns):
                 cursor.start_turn(number)
                 result, stop = await guard.run(session, turn.message)
                 outcomes.append(
                     TurnOutcome(
                         final=result.text,
-                        stop=stop if isinstance(stop, Stop) else None,
+                        stop=stop,
                         seen=[],
                         model_calls=cursor.step,
                         stop_messages=int(result.text.startswith(STOPPED)),
                     )
                 )
             probing = True
-            await guard.run(session, self.PROBE)
+            with request():
+                await guard.run(session, self.PROBE)
         conversation = model.requests[-1]
         for outcome, seen in zip(outcomes, _tool_messages_by_turn(conversation), strict=False):
             outcome.seen = seen
@@ -359,7 +380,7 @@ class Driver:
                 outcomes.append(
                     TurnOutcome(
                         final=result.text,
-                        stop=stop if isinstance(stop, Stop) else None,
+                        stop=stop,
                         seen=[text for n in sorted(last) for text in tool_messages(last[n])],
                         model_calls=sum(cursor.step for cursor in cursors),
                         stop_messages=int(result.text.startswith(STOPPED)),

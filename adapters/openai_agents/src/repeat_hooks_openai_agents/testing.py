@@ -51,8 +51,9 @@ from openai.types.responses import (
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
-from repeat_hooks import GuardState
+from repeat_hooks import GuardState, StateStore
 from repeat_hooks.kit import conformance as kit
+from repeat_hooks.kit import request
 
 from .guard import guard_agent
 from .state import stop_items, stop_of
@@ -255,6 +256,13 @@ UNSUPPORTED: dict[str, str] = {
         "tool_planning.py:442-451, filter_completed), so a model layer answering call_0 every time runs the "
         "tool once per run; the guard counts only the calls the SDK keeps (calls.batch_of)"
     ),
+    "isolated_branches_count_apart": (
+        "openai-agents 0.24 runs agents at once only as tools of another (Agent.as_tool, called in parallel), and "
+        "it runs each nested agent with the outer run's context and Usage (agents/agent.py:761-765, "
+        "ToolContext(context=context.context, usage=context.usage)): the guard counts their calls in the outer "
+        "turn by design (test_agent_as_tool), so branches never count apart; agents run apart are the caller's "
+        "asyncio.gather of Runner.run, one turn each"
+    ),
     **dict.fromkeys(
         [item.name for item in kit.SCENARIOS if item.rounds > 1],
         "openai-agents 0.24 has no construct that runs an agent again after its final output: Runner.run ends at "
@@ -274,10 +282,8 @@ class Driver:
     SDK gives it (``result.to_input_list()``, plus ``stop_items``). ``seen`` is read from the run's own items.
     A tool that needs approval is ``needs_approval=True``: a run it interrupts is resumed from its ``RunState``
     (``result.to_state()``) with each interruption put to ``ToolBox.ask`` and approved or rejected as it says,
-    until none is left.
-    ``branches > 1``: the agent, its model on a ``Cursor`` of its own per branch, is a tool of an orchestrator
-    (``agent.as_tool``) that calls it once per branch in one response (the orchestrator's model is not the
-    kit's: only the branches' model calls are counted).
+    until none is left. ``run_turn``: the first turn with the guard's states in a store, the conversation and the
+    turn named with ``repeat_hooks.kit.request`` (the run context holds no state then).
     """
 
     def __init__(self, *, streamed: bool = False) -> None:
@@ -289,47 +295,49 @@ class Driver:
 
     async def run_async(self, scenario: kit.Scenario, box: kit.ToolBox) -> list[kit.TurnOutcome]:
         """``run``, for a caller already in an event loop."""
-        cursors = [kit.Cursor(scenario) for _ in range(scenario.branches)]
-        tools: list[Tool] = [kit_tool(tool, box) for tool in scenario.tools]
-        if scenario.branches == 1:
-            agent = guard_agent(Agent(name="kit", instructions="Use the tools.", tools=tools), scenario.policy)
-            model = ScriptedModel(then=_script(cursors[0]))
-        else:
-            agent, model = _orchestrator(scenario, tools, cursors)
+        cursor = kit.Cursor(scenario)
+        agent = _agent(scenario, box)
+        config = RunConfig(model=ScriptedModel(then=_script(cursor)), tracing_disabled=True)
         state = GuardState()
         history: list[TResponseInputItem] = []
         outcomes = []
         for number, turn in enumerate(scenario.turns):
-            for cursor in cursors:
-                cursor.start_turn(number)
-            run_input: Any = [*history, {"role": "user", "content": turn.message}]
-            # One model for all (RunConfig's overrides every agent's), or each agent's own for branches.
-            config = RunConfig(model=model if scenario.branches == 1 else None, tracing_disabled=True)
-            while True:
-                result = await self._run(agent, run_input, state, config)
-                if not result.interruptions:
-                    break
-                run_input = result.to_state()
-                for item in result.interruptions:
-                    if box.ask(str(item.name), json.loads(item.raw_item.arguments)["query"]):
-                        run_input.approve(item)
-                    else:
-                        run_input.reject(item)
-            seen = [_text(item.raw_item) for item in result.new_items if isinstance(item, ToolCallOutputItem)]
-            final = str(result.final_output)
-            outcomes.append(
-                kit.TurnOutcome(
-                    final=final,
-                    stop=stop_of(result),
-                    seen=[text for text in seen if not text.startswith(_BRANCH)],
-                    model_calls=sum(cursor.step for cursor in cursors),
-                    stop_messages=int(final.startswith(kit.STOPPED)),
-                )
-            )
+            cursor.start_turn(number)
+            result = await self._turn(agent, [*history, {"role": "user", "content": turn.message}], state, config, box)
+            outcomes.append(_outcome(result, cursor))
             history = [*result.to_input_list(), *stop_items(result)]
         return outcomes
 
-    async def _run(self, agent: Agent[Any], run_input: Any, state: GuardState, config: RunConfig) -> Any:
+    def run_turn(
+        self, scenario: kit.Scenario, box: kit.ToolBox, *, store: StateStore, conversation_id: str, turn_id: str
+    ) -> kit.TurnOutcome:
+        """The first turn of ``scenario``, the guard's states in ``store``, in ``request(conversation_id=...,
+        turn_id=...)``: the spelling of a retried request's ids with this SDK."""
+        cursor = kit.Cursor(scenario)
+        cursor.start_turn(0)
+        agent = _agent(scenario, box, store=store)
+        config = RunConfig(model=ScriptedModel(then=_script(cursor)), tracing_disabled=True)
+
+        async def turn() -> Any:
+            with request(conversation_id=conversation_id, turn_id=turn_id):
+                return await self._turn(agent, scenario.turns[0].message, None, config, box)
+
+        return _outcome(asyncio.run(turn()), cursor)
+
+    async def _turn(self, agent: Agent[Any], run_input: Any, state: Any, config: RunConfig, box: kit.ToolBox) -> Any:
+        """One turn: its run, and the resumes of every interruption the ``box``'s human decided on."""
+        while True:
+            result = await self._run(agent, run_input, state, config)
+            if not result.interruptions:
+                return result
+            run_input = result.to_state()
+            for item in result.interruptions:
+                if box.ask(str(item.name), json.loads(item.raw_item.arguments)["query"]):
+                    run_input.approve(item)
+                else:
+                    run_input.reject(item)
+
+    async def _run(self, agent: Agent[Any], run_input: Any, state: Any, config: RunConfig) -> Any:
         """One ``Runner.run`` (or ``run_streamed``, its events drained) of ``run_input``: a turn's input or a
         ``RunState`` to resume."""
         if self.streamed:
@@ -340,43 +348,20 @@ class Driver:
         return await Runner.run(agent, run_input, context=state, max_turns=100, run_config=config)
 
 
-_BRANCH = "branch answered: "
-"""How the orchestrator's branch tool hands a branch's answer back (not a kit tool's result)."""
+def _agent(scenario: kit.Scenario, box: kit.ToolBox, **options: Any) -> Agent[Any]:
+    tools: list[Tool] = [kit_tool(tool, box) for tool in scenario.tools]
+    return guard_agent(Agent(name="kit", instructions="Use the tools.", tools=tools), scenario.policy, **options)
 
 
-def _orchestrator(
-    scenario: kit.Scenario, tools: list[Tool], cursors: list[kit.Cursor]
-) -> tuple[Agent[Any], ScriptedModel]:
-    """A guarded orchestrator whose model calls its one tool, ``ask_branch``, once per cursor in one response;
-    each call runs the guarded kit agent (``as_tool``) with a model of its own answering from that cursor."""
-    branches: list[Tool] = [
-        guard_agent(
-            Agent(
-                name=f"kit_branch_{n}",
-                instructions="Use the tools.",
-                tools=tools,
-                model=ScriptedModel(then=_script(cursor)),
-            ),
-            scenario.policy,
-        ).as_tool(
-            tool_name=f"ask_branch_{n}",
-            tool_description="Ask one branch.",
-            custom_output_extractor=_branch_answer,
-        )
-        for n, cursor in enumerate(cursors)
-    ]
-
-    def orchestrate(n: int, model: ScriptedModel) -> Reply:
-        if n % 2:
-            return [message(kit.FINAL)]
-        return [tool_call(f"ask_branch_{b}", {"input": "go"}, f"branch_{n}_{b}") for b in range(len(cursors))]
-
-    model = ScriptedModel(then=orchestrate)
-    return guard_agent(Agent(name="kit_orchestrator", tools=branches, model=model), scenario.policy), model
-
-
-async def _branch_answer(result: Any) -> str:
-    return _BRANCH + str(result.final_output)
+def _outcome(result: Any, cursor: kit.Cursor) -> kit.TurnOutcome:
+    final = str(result.final_output)
+    return kit.TurnOutcome(
+        final=final,
+        stop=stop_of(result),
+        seen=[_text(item.raw_item) for item in result.new_items if isinstance(item, ToolCallOutputItem)],
+        model_calls=cursor.step,
+        stop_messages=int(final.startswith(kit.STOPPED)),
+    )
 
 
 def kit_tool(tool: kit.Tool, box: kit.ToolBox) -> FunctionTool:

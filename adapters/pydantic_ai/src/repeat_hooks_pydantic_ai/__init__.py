@@ -1,32 +1,16 @@
-"""repeat-hooks for pydantic-ai (``pydantic-ai-slim`` 2.x): a capability that stops repeated tool calls.
+"""repeat-hooks for pydantic-ai 2.x: ``Agent(model, capabilities=[RepeatGuard(Policy())])`` stops an agent calling
+the same tool over and over; ``stop_of(result)`` and ``refusals_of(result)`` say what it did."""
 
-::
+from typing import Any
 
-    from pydantic_ai import Agent
-    from repeat_hooks_pydantic_ai import Policy, RepeatGuard, refusals_of, stop_of
+from repeat_hooks import Policy, Stop, StopReason, TokenPrices, kit
 
-    agent = Agent(model, tools=[track_parcel], capabilities=[RepeatGuard(Policy(max_refusals=3))])
-    result = await agent.run("Keep checking FR-7731")
-    stop_of(result)       # None, or the Stop (reason, message) that ended the run; result.output is its message
-    refusals_of(result)   # [(tool name, Refusal), ...]: the calls the guard refused in this run
-
-A turn is a user message: a run given a prompt starts one; a run given none (approvals with
-``deferred_tool_results=``, ``message_history=`` resumes, ``continue_as_new``) continues it, its counts
-rebuilt from the history. A refused call never runs: the model reads the refusal as the tool's return,
-and an approval-required call the guard refuses is never put to a person. A run whose output is not
-plain text (an output function, structured output), or any run with ``on_stop="raise"``, raises
-``RepeatGuardStopped``.
-"""
-
-from repeat_hooks import Policy, Stop, StopReason, TokenPrices
-
-from .calls import FailureCheck, model_view, read_only_hint, tool_hints
-from .guard import GuardSetupError, RepeatGuard, accepts_text
-from .state import GUARD_NAME, RepeatGuardStopped, refusals_of, stop_of
+from . import calls
+from .calls import model_view
+from .guard import GuardSetupError, RepeatGuard, RepeatGuardStopped
+from .state import refusals_of, stop_of
 
 __all__ = [
-    "GUARD_NAME",
-    "FailureCheck",
     "GuardSetupError",
     "Policy",
     "RepeatGuard",
@@ -34,12 +18,34 @@ __all__ = [
     "Stop",
     "StopReason",
     "TokenPrices",
-    "accepts_text",
     "model_view",
-    "read_only_hint",
     "refusals_of",
     "stop_of",
-    "tool_hints",
 ]
 
 __version__ = "0.3.0"
+
+
+def _tool_hints(tool_def: Any) -> dict[str, bool]:
+    return kit.hints(calls.annotations_of(tool_def))
+
+
+def _read_only_hint(tool_def: Any) -> bool | None:
+    return _tool_hints(tool_def).get("read_only")
+
+
+_HINTS = "repeat_hooks.kit.hints(tool_def.metadata['annotations'])"
+__getattr__ = kit.moved(
+    __name__,
+    {
+        "GUARD_NAME": f"{__name__}.state:GUARD_NAME",
+        "FailureCheck": "repeat_hooks.kit:FailureCheck",
+        "accepts_text": f"{__name__}.guard:accepts_text",
+        "tool_hints": (_HINTS, lambda: _tool_hints),
+        "read_only_hint": (
+            f"{_HINTS}.get('read_only')",
+            lambda: lambda tool_def: _tool_hints(tool_def).get("read_only"),
+        ),
+    },
+)
+"""The names 0.3 dropped from ``__all__`` and their new spelling: they import, with a warning, for one release."""

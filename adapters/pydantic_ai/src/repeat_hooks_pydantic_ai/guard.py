@@ -1,214 +1,103 @@
-"""``RepeatGuard``: the capability that runs the repeat-hooks ``Policy`` on a pydantic-ai agent.
-
-A turn is a user message: a run given a user prompt (``run`` / ``run_sync`` / ``run_stream`` / ``iter``,
-with or without ``message_history``) starts one; a run given none (``deferred_tool_results=``, a
-``message_history=`` resume, a workflow's ``continue_as_new``) continues the history's last turn, its
-counts rebuilt from the messages (``state.rebuild``). ``for_run`` gives every run its own copy holding its
-own ``GuardState``, so one ``RepeatGuard`` (and one agent) serves any number of concurrent runs. The
-hooks, in the order they fire:
-
-- ``before_run``: starts the turn (its id is ``ctx.run_id``), or rebuilds the continued one, and picks
-  the run's clock (the durability capability's run clock, when one offers it and ``clock`` is the default).
-- ``before_model_request``: at the run's first request, checks the tool names the policy mentions
-  against the agent's tools; marks the calls a person denied as rejected (``record_rejection``: they never
-  ran, and count toward their repeats); then asks the
-  policy whether the turn is over: if so, the model is not called and the run ends with the stop (see
-  ``state``); else the stopwatch starts.
-- ``after_model_request``: records each model attempt, with its seconds (since ``before_model_request``
-  or the previous attempt) and the cost of its usage (``cost=``); then decides **all the function-tool
-  calls of the response as one batch** (approval-required ones included), before any of them runs, so no
-  result of the batch restarts another's count whatever order and timing pydantic-ai runs them in. The
-  response is stamped with its turn's id (``metadata``), for a later resume to find the turn.
-- ``handle_deferred_tool_calls``: an approval-required call its batch refused is answered here (approved
-  into its refusal), so no person is asked about a call the guard will not run.
-- ``on_tool_validate_error``: arguments the tool could not accept (malformed JSON, a schema mismatch)
-  are recorded as a failed call, and pydantic-ai then asks the model to fix them, as usual; a call the
-  batch refused gets its refusal instead (the validation error is dropped, the tool never runs).
-- ``wrap_tool_execute``: a refused call never runs: its refusal text is the tool's return value the
-  model reads (the ``Refusal`` itself rides in the ``ToolReturnPart``'s metadata, which the model does
-  not see: ``refusals_of(result)``). After a call ran, its outcome (what the model reads of its return
-  value, or of its ``ModelRetry`` / ``ToolFailed`` / exception) is recorded. A call no batch decided is
-  decided here, alone; one a person approved with other arguments (``override_args``), afresh on them.
-- ``wrap_output_process``: the stop message never reaches an output function or an output validator: a
-  plain text output gets it as it is; an output function's run raises ``RepeatGuardStopped``.
-
-Every decision depends only on the messages (the history a continued turn is rebuilt from, and the run's
-own events) and the run clock, which durable execution replays (``workflow.now()`` under Temporal), so a
-replayed run decides the same.
-"""
+"""``RepeatGuard``, the pydantic-ai capability that runs the ``Policy`` on an agent's runs, and its errors. README
+"How it maps to pydantic-ai" walks through the SDK's code behind each hook."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import ValidationError
-from pydantic_ai.capabilities import (
-    AbstractCapability,
-    RawToolArgs,
-    ValidatedToolArgs,
-    WrapOutputProcessHandler,
-    WrapRunHandler,
-    WrapToolExecuteHandler,
-)
-from pydantic_ai.exceptions import (
-    ApprovalRequired,
-    CallDeferred,
-    ModelRetry,
-    SkipModelRequest,
-    SkipToolExecution,
-    UserError,
-)
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart, ToolReturnPart
+from pydantic_ai import capabilities as caps
+from pydantic_ai import exceptions as errors
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
 from pydantic_ai.output import OutputContext
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolApproved, ToolDefinition
 
 import repeat_hooks
-from repeat_hooks import GuardState, Policy, Refusal, TokenPrices, ToolCall, observe
-from repeat_hooks.kit import Clock, CostOf, Stopwatch, check_budgets, check_tool_names, policy_from
-from repeat_hooks.kit.clock import monotonic
-from repeat_hooks.observe import scope
-
-from .calls import FailureCheck, failure_view, model_view, tool_call
-from .state import (
-    DECIDED_KINDS,
-    Batch,
-    RepeatGuardStopped,
-    last_turn,
-    mark_edited,
-    rebuild,
-    refusal_return,
-    stamp,
-    stop_response,
+from repeat_hooks import GuardState, Policy, Refusal, StateStore, Stop, TokenPrices, ToolCall
+from repeat_hooks.kit import (
+    Clock,
+    CostOf,
+    Fail,
+    FailureCheck,
+    GuardCore,
+    GuardStopped,
+    OnStop,
+    Stopwatch,
+    common,
+    monotonic,
 )
-from .tools import registered
+
+from .calls import asked, decided_calls, denied, failure_view, model_view, registered, tool_call
+from .state import Run, as_return, last_turn, mark_edited, rebuild, stamp, stop_of, stop_response
 
 OWNER = "RepeatGuard"
-_CONTROL_FLOW = (CallDeferred, ApprovalRequired, SkipToolExecution)
-"""What a tool raises to defer or skip itself: not an outcome, nothing is recorded."""
-OnStop = Literal["output", "raise"]
-"""How a run the guard stops ends: ``"output"`` (plain text output gets the stop message, other outputs
-raise ``RepeatGuardStopped``) or ``"raise"`` (every run raises ``RepeatGuardStopped``, as ``UsageLimits``
-raises ``UsageLimitExceeded``)."""
+_CONTROL_FLOW = (errors.CallDeferred, errors.ApprovalRequired, errors.SkipToolExecution)  # not outcomes
 
 
-ToolLookup = Callable[[str], "ToolDefinition | None"]
-"""A tool's definition by name (``None``: not one of the run's tools)."""
+class GuardSetupError(repeat_hooks.GuardSetupError, errors.UserError):
+    """The guard cannot work as set up (the message says the fix); also pydantic-ai's ``UserError``."""
 
 
-class GuardSetupError(repeat_hooks.GuardSetupError, UserError):
-    """The guard cannot work as set up (the message says how to fix it): a ``repeat_hooks.GuardSetupError``
-    that is also pydantic-ai's ``UserError``, as the agent's own setup mistakes are."""
+class RepeatGuardStopped(GuardStopped, errors.AgentRunError):
+    """The guard ended a run whose output cannot be its message (an output function, structured output only), or
+    any with ``on_stop="raise"``. ``stop``: why, and what to tell the user; ``messages``: the run's messages so
+    far (for ``message_history=``). An ``AgentRunError``: under Temporal it fails the workflow, not its task."""
 
+    def __init__(self, stop: Stop, messages: Sequence[ModelMessage] = ()) -> None:
+        super().__init__(stop)
+        self.messages = list(messages)
 
-@contextmanager
-def _as_setup_error() -> Iterator[None]:
-    """The core's setup checks, raising this package's ``GuardSetupError`` (also a pydantic-ai ``UserError``)."""
-    try:
-        yield
-    except repeat_hooks.GuardSetupError as error:
-        raise GuardSetupError(str(error)) from None
+    def __str__(self) -> str:
+        return str(self.args[0])
 
-
-def _prepared_tools(ctx: RunContext[Any]) -> ToolLookup:
-    """The run step's tools, by name, as pydantic-ai prepared them (none before it did)."""
-    manager = ctx.tool_manager
-    if manager is None or manager.tools is None:
-        return lambda name: None
-    return manager.get_tool_def
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.stop, self.messages)
 
 
 def accepts_text(parameters: ModelRequestParameters) -> bool:
-    """``True`` when the run's output takes plain text (``str``, or a union with ``str``).
-
-    ``output_mode`` is ``"text"`` for ``output_type=str``, and ``"tool"`` with ``allow_text_output`` for a
-    union that includes ``str``. ``"native"``, ``"prompted"`` and ``"auto"`` parse the text as the
-    structured type, so a stop message would not be a valid output there.
-    """
+    """``True`` when the run's output takes plain text (``str``, or a union with ``str``): the stop message fits."""
     mode = parameters.output_mode
     return mode == "text" or (mode == "tool" and parameters.allow_text_output)
 
 
 @dataclass(init=False)
 class RepeatGuard(AbstractCapability[Any]):
-    """Stops a pydantic-ai agent calling the same tool over and over::
+    """Stops a pydantic-ai agent calling the same tool over and over: ``Agent(model, capabilities=[RepeatGuard()])``.
 
-        agent = Agent(model, tools=[track_parcel], capabilities=[RepeatGuard()])  # the default Policy()
-        RepeatGuard(Policy(max_refusals=3))  # or the settings as keywords: RepeatGuard(max_refusals=3)
-
-    A turn is a user message: every limit of the policy counts within it, across the runs that continue
-    it without a new prompt (approvals, resumes). Construction fails with a ``TypeError`` naming the
-    mistake for a policy that is not a ``Policy`` (a ``StopRepeatedCalls``), an unknown setting or an
-    unknown ``on_stop``, and with ``GuardSetupError`` for a budget nothing would feed (``max_cost_usd``
-    without ``cost=``, ``max_model_seconds`` with ``clock=None``).
-
-    In an agent spec (``Agent.from_spec``, ``custom_capability_types=[RepeatGuard]``)::
-
-        capabilities:
-          - RepeatGuard: {max_refusals: 3, limits: {refund: 1}, on_stop: raise}
+    The common keywords (``repeat_hooks.kit.GuardCore``; ``clock``'s default gives way to a durability capability's
+    run clock; ``store``: the states live in it under the run's ``conversation_id``, not under durable execution),
+    the policy's settings as keywords, and pydantic-ai's own ``id``: the capability's id (one guard per agent).
     """
 
-    policy: Policy = field(default_factory=Policy)
-    """The settings (a ``repeat_hooks.Policy``); the counts live in each run's own state."""
-    cost: CostOf | None = None
-    """Dollars of one response's ``RequestUsage`` (``TokenPrices(3, 15)``); needed by ``max_cost_usd``."""
-    is_failure: FailureCheck | None = None
-    """Says a tool's return value means failure (for tools that return their errors instead of raising)."""
-    clock: Clock | None = monotonic
-    """Seconds for ``max_model_seconds``. The default, ``time.monotonic``, gives way to the run clock a
-    durability capability offers (``get_run_clock``: ``workflow.now()`` under Temporal, replay-safe);
-    ``None``: no timing (every model call takes 0 s, and ``max_model_seconds`` fails at construction)."""
-    id: str | None = "repeat_guard"
-    """The capability's id: one ``RepeatGuard`` per agent; a run's ``capabilities=[RepeatGuard(...)]``
-    replaces the agent's. A default in the class body, so pydantic-ai hands two of them to ``combine``."""
-    on_stop: OnStop = "output"
-    """``"output"``: a plain text output (``str``, or ``str`` in a union) is the stop message; an output
-    function or a structured-only output raises ``RepeatGuardStopped``. ``"raise"``: always raise it."""
-    check_tools: bool = True
-    """At the run's first request, check the tool names of ``limits``, ``exempt``, ``read_only`` and
-    ``destructive`` against the request's tools and the ones the agent registered (a ``prepare`` may hide
-    those at first); ``False`` for tools that join the run later (a dynamic toolset that connects an MCP
-    server mid-run)."""
-
-    _state: GuardState | None = field(default=None, repr=False, compare=False)
-    _stopwatch: Stopwatch | None = field(default=None, repr=False, compare=False)
-    _batch: Batch = field(default_factory=dict, repr=False, compare=False)
-    _turn: str | None = field(default=None, repr=False, compare=False)
-    _history: tuple[list[ModelMessage], int] | None = field(default=None, repr=False, compare=False)
+    id: str | None = "repeat_guard"  # a default in the class body: pydantic-ai hands two guards to ``combine``
 
     def __init__(
         self,
         policy: Policy | None = None,
         *,
+        store: StateStore | None = None,
         cost: CostOf | None = None,
-        is_failure: FailureCheck | None = None,
         clock: Clock | None = monotonic,
-        id: str | None = "repeat_guard",
-        on_stop: OnStop = "output",
+        is_failure: FailureCheck | None = None,
         check_tools: bool = True,
+        on_stop: OnStop | Literal["output"] = "reply",
+        fail: Fail = "open",
+        id: str | None = "repeat_guard",
         **settings: Any,
     ) -> None:
-        self.policy = policy_from(policy, settings, owner=OWNER)
-        if on_stop not in ("output", "raise"):
-            raise TypeError(f'RepeatGuard(on_stop=...) is "output" or "raise", not {on_stop!r}')
-        self.cost = cost
-        self.is_failure = is_failure
-        self.clock = clock
+        if on_stop == "output":
+            warnings.warn('RepeatGuard(on_stop="output") is deprecated: use on_stop="reply"', DeprecationWarning, 2)
+        given = {**common(locals()), "on_stop": "reply" if on_stop == "output" else on_stop}
+        self.core = GuardCore(policy, settings, owner=OWNER, keywords=("id",), error=GuardSetupError, **given)
         self.id = id
-        self.on_stop = on_stop
-        self.check_tools = check_tools
-        self._state = None
-        self._stopwatch = None
-        self._batch = {}
-        self._turn = None
-        self._history = None
-        with _as_setup_error():
-            check_budgets(self.policy, owner=OWNER, cost=cost, clock=clock)
+        self._run: Run | None = None
 
     @classmethod
     def from_spec(
@@ -216,68 +105,47 @@ class RepeatGuard(AbstractCapability[Any]):
         policy: dict[str, Any] | Policy | None = None,
         *,
         cost: dict[str, float] | CostOf | None = None,
-        id: str | None = "repeat_guard",
-        on_stop: OnStop = "output",
-        check_tools: bool = True,
-        **settings: Any,
+        **keywords: Any,
     ) -> RepeatGuard:
-        """A ``RepeatGuard`` from an agent spec (``Agent.from_spec``): the policy's settings as keywords (or
-        a ``policy`` mapping), ``cost`` as ``{input_usd_per_million: 3, output_usd_per_million: 15}``.
-        ``is_failure`` and ``clock`` are code: give them in Python."""
+        """A ``RepeatGuard`` from an agent spec: the settings as keywords (or a ``policy`` mapping), ``cost`` as
+        ``TokenPrices``' fields."""
         if isinstance(policy, dict):
             policy = Policy.model_validate(policy)
         if isinstance(cost, dict):
             cost = TokenPrices(**cost)
-        return cls(policy, cost=cost, id=id, on_stop=on_stop, check_tools=check_tools, **settings)
+        return cls(policy, cost=cost, **keywords)
 
     @classmethod
     def combine(cls, capabilities: Sequence[AbstractCapability[Any]]) -> AbstractCapability[Any]:
         """Two ``RepeatGuard`` on one agent would count every call twice: refused with ``GuardSetupError``."""
         raise GuardSetupError(
-            f"RepeatGuard was given {len(capabilities)} times to one agent; give one "
-            "RepeatGuard(Policy(...)) with all the settings (a run's capabilities=[RepeatGuard(...)] "
-            "replaces the agent's)."
+            f"RepeatGuard was given {len(capabilities)} times to one agent; give one RepeatGuard(Policy(...)) with "
+            "all the settings (a run's capabilities=[RepeatGuard(...)] replaces the agent's)."
         )
 
-    # -- the run -------------------------------------------------------------------------------------
+    @property
+    def policy(self) -> Policy:
+        return self.core.policy
 
     async def for_run(self, ctx: RunContext[Any]) -> RepeatGuard:
-        """Fires once per run, before any hook: returns this run's own copy, with a fresh ``GuardState``."""
-        run = copy.copy(self)  # same settings; the per-run fields are replaced below
-        run._state = GuardState()
-        run._stopwatch = None
-        run._batch = {}
-        run._turn = None
-        run._history = None
+        """Fires once per run, before any hook: returns the run's own copy of the guard."""
+        run = copy.copy(self)
+        run._run = Run(Stopwatch(self.core.clock))
         return run
 
     async def before_run(self, ctx: RunContext[Any]) -> None:
-        """Fires when the run starts: starts the turn, or continues the history's, and takes the run's clock.
-        Returns nothing.
-
-        A run given a user prompt (``ctx.prompt``) starts a turn whose id is ``ctx.run_id``. A run given
-        none continues the history's last turn: pydantic-ai resumes the history then (pending or approved
-        calls, a trailing request it sends again, a suspended response: ``UserPromptNode.run``,
-        ``pydantic_ai/_agent_graph.py:1126-1208`` in 2.68), and a new prompt is what starts "a new turn" in
-        its own words ("Resume it by running the agent with this message history and no new prompt ...
-        before starting a new turn"). The continued turn's counts are rebuilt from the history
-        (``state.rebuild``), so approval rounds and resumes share one turn's limits.
-
-        Raises ``GuardSetupError`` when the run holds two ``RepeatGuard`` (under different ids), or when
-        the run's ``UsageLimits.request_limit`` is not above ``max_model_calls``: pydantic-ai checks its
-        limit before this capability's ``before_model_request``, so the guard's step budget could never trip.
-        """
-        state = self._run_state()
-        limits = ctx.usage_limits
-        steps = self.policy.max_model_calls
+        """Fires when the run starts: a run given a prompt starts a turn (``ctx.run_id``), one given none continues
+        the history's. Returns nothing; raises ``GuardSetupError`` for a setup that cannot work."""
+        run = self._active()
+        steps, limits = self.policy.max_model_calls, ctx.usage_limits
         request_limit = limits.request_limit if limits is not None else None
         if request_limit is not None and steps is not None and request_limit <= steps:
             raise GuardSetupError(
                 f"Policy(max_model_calls={steps}) can never trip: UsageLimits(request_limit={request_limit}) "
-                "fails the run first. Set max_model_calls below request_limit (the guard then ends the run "
-                "with its message)."
+                "fails the run first; set max_model_calls below request_limit (the guard ends the run then)"
             )
         root = ctx.root_capability
+        run_clock = root.get_run_clock() if root is not None else None
         if root is not None:
             guards: list[AbstractCapability[Any]] = []
             root.apply(lambda capability: guards.append(capability) if isinstance(capability, RepeatGuard) else None)
@@ -286,106 +154,94 @@ class RepeatGuard(AbstractCapability[Any]):
                     f"this run has {len(guards)} RepeatGuard capabilities (ids {sorted(str(g.id) for g in guards)}); "
                     "give one RepeatGuard(Policy(...)) with all the settings"
                 )
-        clock = self.clock
-        if clock is monotonic and root is not None:  # the default gives way to a replay-safe run clock
-            run_clock = root.get_run_clock()
-            if run_clock is not None:
-                clock = lambda: run_clock().timestamp()  # noqa: E731
-        self._stopwatch = Stopwatch(clock)
-        self._turn = ctx.run_id
-        if ctx.prompt is None and ctx.messages:
-            turn_id, start = last_turn(ctx.messages)
-            if turn_id is not None or start < len(ctx.messages):
-                # Rebuilt at the first hook that knows the tools (pydantic-ai prepares them after before_run).
-                self._turn = turn_id or ctx.run_id
-                self._history = (list(ctx.messages), start)
-                return
-        observe.apply(self.policy.start_turn, state, turn_id=self._turn)
+        if run_clock is not None and self.core.store is not None:
+            raise GuardSetupError(
+                "RepeatGuard(store=...) cannot run under durable execution: its hooks run in workflow code, which "
+                "must do no I/O; leave store=None (the workflow's history replays the counts)"
+            )
+        if run_clock is not None and self.core.clock is monotonic:
+            run.watch = Stopwatch(lambda: run_clock().timestamp())
+        found, start = last_turn(ctx.messages) if ctx.prompt is None else (None, len(ctx.messages))
+        resumed = found is not None or start < len(ctx.messages)
+        run.turn_id, run.fresh = self.core.turn_id(found or ctx.run_id), not resumed
+        if self.core.store is not None:
+            run.key = self.core.conversation_id(ctx.conversation_id) or str(ctx.run_id)
+        elif resumed:  # rebuilt at the first hook that knows the tools
+            run.history = (list(ctx.messages), start)
+            return
+        turn_id = run.turn_id
+        await self.core.update(
+            self._where(ctx), lambda state: self.policy.start_turn(state, turn_id=turn_id), outage=None
+        )
 
-    async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
-        """Fires around the whole run: its hooks' observations (``repeat_hooks.observe``, OpenTelemetry) belong
-        to the run's ``conversation_id`` and the agent's ``name``. Returns the run's result unchanged."""
-        agent = ctx.agent.name if ctx.agent is not None else None
-        with scope(conversation_id=ctx.conversation_id, agent_name=agent):
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: caps.WrapRunHandler) -> AgentRunResult[Any]:
+        """Fires around the run: its observations name its conversation and agent. Returns the run's result."""
+        with self.core.scope(self.core.conversation_id(ctx.conversation_id), ctx.agent and ctx.agent.name):
             return await handler()
-
-    # -- model calls ---------------------------------------------------------------------------------
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        """Fires before each model request: lets it happen (returns ``request_context``), or ends the run.
-
-        At the run's first request, a tool named in the policy's ``limits``, ``exempt``, ``read_only`` or
-        ``destructive`` that is none of the request's function tools nor of the agent's registered ones (a
-        ``prepare`` may hide those until a later step: ``tools.registered``) raises ``GuardSetupError``
-        (tools that join the run later, after its first request: ``RepeatGuard(check_tools=False)``). When
-        the policy ends the turn: with text output, raises ``SkipModelRequest`` with the stop message as the response,
-        so the run ends normally with ``result.output`` = the message; with structured output only,
-        raises ``RepeatGuardStopped``.
-        """
-        self._run_state()  # on the agent's own instance (no for_run): fails loudly
+        """Fires before each model request: checks the tool names (a turn's first), records denied calls as
+        rejected; returns ``request_context``, or ends the run (``SkipModelRequest``, ``RepeatGuardStopped``)."""
+        run = self._active()
         parameters = request_context.model_request_parameters
-        known = {tool.name: tool for tool in parameters.function_tools}
-        state = self._run_state(ctx, known.get)
-        if self.check_tools and state.turn.responses == 0 and state.turn.stop is None:
-            names = set(known) | (registered(ctx.tool_manager.toolset) if ctx.tool_manager is not None else set())
-            with _as_setup_error():
-                check_tool_names(self.policy, names, owner=OWNER)
-        self._withdraw_denied(ctx)
-        stop = observe.apply(self.policy.decide_model_call, state, turn_id=self._turn)
+        tools = {tool.name: tool for tool in parameters.function_tools}
+        where = self._where(ctx, tools.get)
+        if run.fresh:
+            run.fresh = False
+            self.core.check_tool_names(
+                set(tools) | (registered(ctx.tool_manager.toolset) if ctx.tool_manager else set())
+            )
+        rejected, turn_id = denied(ctx.messages, tools.get), run.turn_id
+
+        def change(state: GuardState) -> Stop | None:
+            for call in rejected:
+                self.policy.record_rejection(state, call, turn_id=turn_id)
+            return self.policy.decide_model_call(state, turn_id=turn_id)
+
+        stop = await self.core.update(where, change, outage=self.core.ended)
         if stop is None:
-            self._watch().start()
+            run.watch.start()
             return request_context
-        if self.on_stop == "output" and accepts_text(parameters):
-            raise SkipModelRequest(stop_response(stop, self._turn))
+        run.stop = stop
+        if self.core.on_stop == "reply" and accepts_text(parameters):
+            raise errors.SkipModelRequest(stop_response(stop, turn_id))
         raise RepeatGuardStopped(stop, ctx.messages)
 
     async def after_model_request(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
     ) -> ModelResponse:
-        """Fires after each model attempt: records one model call (its seconds and cost), then decides the
-        response's function-tool calls as one batch. Returns ``response`` unchanged."""
-        state = self._run_state()
-        if state.turn.stop is not None:
+        """Fires after each model attempt: records it, decides the response's calls as one batch (written before
+        any runs). Returns ``response`` stamped with its turn's id."""
+        run = self._active()
+        if run.stop is not None:
             return response
-        cost = self.cost(response.usage) if self.cost is not None else 0.0
-        observe.apply(
-            self.policy.record_model_call, state, seconds=self._watch().seconds(), cost_usd=cost, turn_id=self._turn
-        )
         tools = {tool.name: tool for tool in request_context.model_request_parameters.function_tools}
-        parts: list[ToolCallPart] = []
-        calls: list[ToolCall] = []
-        for part in response.parts:
-            if not isinstance(part, ToolCallPart):
-                continue
-            tool = tools.get(part.tool_name)
-            if tool is not None and tool.kind in DECIDED_KINDS:  # external calls are not the agent's to run
-                parts.append(part)
-                calls.append(tool_call(part, tool))
-        decisions = observe.apply(self.policy.decide_tool_calls, state, calls, turn_id=self._turn)
-        self._batch = {
-            part.tool_call_id: (call, decision) for part, call, decision in zip(parts, calls, decisions, strict=True)
-        }
-        return stamp(response, self._turn)
+        calls = decided_calls(response, tools.get)
+        seconds, cost, turn_id = run.watch.seconds(), self.core.cost_of(response.usage), run.turn_id
+
+        def change(state: GuardState) -> list[Refusal | None]:
+            self.policy.record_model_call(state, seconds=seconds, cost_usd=cost, turn_id=turn_id)
+            return self.policy.decide_tool_calls(state, calls, turn_id=turn_id)
+
+        decisions = await self.core.update(self._where(ctx, tools.get), change, outage=[self.core.refused] * len(calls))
+        run.batch.decided(calls, decisions)
+        return stamp(response, turn_id)
 
     async def handle_deferred_tool_calls(
         self, ctx: RunContext[Any], *, requests: DeferredToolRequests
     ) -> DeferredToolResults | None:
-        """Fires when calls wait for approval: an approval-required call its batch refused is approved here,
-        so that ``wrap_tool_execute`` hands the model its refusal and no person is asked about a call that
-        would not run. Returns those approvals, or ``None`` (every other call still goes to a person)."""
-        self._run_state(ctx)
+        """Fires when calls wait for approval: returns approvals of the refused ones (nobody is asked), or ``None``."""
+        run = self._active()
+        self._where(ctx)  # a continued turn's batch is rebuilt first
         refused = {
             call.tool_call_id: ToolApproved()
             for call in requests.approvals
-            if (decided := self._batch.get(call.tool_call_id)) is not None
-            and decided[0].name == call.tool_name
-            and decided[1] is not None
+            for entry in run.batch.calls
+            if entry.model_id == call.tool_call_id and entry.call.name == call.tool_name and entry.refusal is not None
         }
         return DeferredToolResults(approvals=dict(refused)) if refused else None
-
-    # -- tool calls ----------------------------------------------------------------------------------
 
     async def on_tool_validate_error(
         self,
@@ -393,18 +249,15 @@ class RepeatGuard(AbstractCapability[Any]):
         *,
         call: ToolCallPart,
         tool_def: ToolDefinition,
-        args: RawToolArgs,
-        error: ValidationError | ModelRetry,
-    ) -> ValidatedToolArgs:
-        """Fires when a call's arguments fail validation: records a failed call and re-raises ``error``.
-
-        A call its batch refused returns the arguments as they are instead, so that ``wrap_tool_execute``
-        hands the model its refusal (the tool never runs).
-        """
-        request, refusal, _ = self._decision(ctx, call, tool_def)
+        args: caps.RawToolArgs,
+        error: ValidationError | errors.ModelRetry,
+    ) -> caps.ValidatedToolArgs:
+        """Fires when a call's arguments fail validation: records a failed call, re-raises ``error``; a refused
+        call returns its arguments, for ``wrap_tool_execute`` to hand the model its refusal."""
+        request, refusal, _ = await self._decision(ctx, call, tool_def)
         if refusal is not None:
             return args if isinstance(args, dict) else {}
-        self._record(ctx, request, ok=False, result=failure_view(error))
+        await self._record(ctx, request, False, failure_view(error))
         raise error
 
     async def wrap_tool_execute(
@@ -413,32 +266,25 @@ class RepeatGuard(AbstractCapability[Any]):
         *,
         call: ToolCallPart,
         tool_def: ToolDefinition,
-        args: ValidatedToolArgs,
-        handler: WrapToolExecuteHandler,
+        args: caps.ValidatedToolArgs,
+        handler: caps.WrapToolExecuteHandler,
     ) -> Any:
-        """Fires around each tool call: returns the refusal (a ``ToolReturn``) without running the tool, or runs it.
-
-        The tool's outcome is recorded with what the model reads of it (``model_view``: a ``ToolReturn``'s
-        ``return_value`` and ``content``, never its ``metadata``; a failure if ``is_failure`` says so of the
-        return value), or of the ``ModelRetry``, ``ToolFailed`` or exception it raised, which then goes on
-        as pydantic-ai handles it. Deferrals (``CallDeferred``, ``ApprovalRequired``) record nothing.
-        """
-        request, refusal, edited = self._decision(ctx, call, tool_def)
+        """Fires around each tool call: returns its refusal without running it, or runs it, records the outcome as
+        the model reads it and returns the result (an exception goes on; deferrals record nothing)."""
+        request, refusal, edited = await self._decision(ctx, call, tool_def)
         if refusal is not None:
-            returned: Any = refusal_return(refusal)
+            returned: Any = as_return(refusal)
             return mark_edited(returned, request.arguments) if edited else returned
         try:
             result = await handler(args)
         except _CONTROL_FLOW:
             raise
         except Exception as error:
-            self._record(ctx, request, ok=False, result=failure_view(error))
+            await self._record(ctx, request, False, failure_view(error))
             raise
-        failed = self.is_failure is not None and bool(self.is_failure(result))
-        self._record(ctx, request, ok=not failed, result=model_view(result))
+        view = model_view(result)
+        await self._record(ctx, request, self.core.ok(True, view), view)
         return mark_edited(result, request.arguments) if edited else result
-
-    # -- output ----------------------------------------------------------------------------------------
 
     async def wrap_output_process(
         self,
@@ -446,13 +292,12 @@ class RepeatGuard(AbstractCapability[Any]):
         *,
         output_context: OutputContext,
         output: Any,
-        handler: WrapOutputProcessHandler,
+        handler: caps.WrapOutputProcessHandler,
     ) -> Any:
-        """Fires around output processing (output functions and ``@agent.output_validator`` run in it): the
-        guard's stop message never goes through them. A plain text output returns it as it is; an output
-        function (``TextOutput(fn)``, a function in ``output_type``) raises ``RepeatGuardStopped`` instead."""
-        stop = self._run_state(ctx).turn.stop
-        if stop is None or not isinstance(output, str) or not stop.message.startswith(output):
+        """Fires around output processing: returns the stop message as it is, past output functions and
+        validators (an output function's run raises ``RepeatGuardStopped``), or the handler's output."""
+        stop = self._active().stop or stop_of(ctx.messages)
+        if stop is None or not (isinstance(output, str) and stop.message.startswith(output)):
             return await handler(output)
         if output != stop.message and not ctx.partial_output:
             return await handler(output)
@@ -460,73 +305,47 @@ class RepeatGuard(AbstractCapability[Any]):
             raise RepeatGuardStopped(stop, ctx.messages)
         return output
 
-    # -- helpers -------------------------------------------------------------------------------------
-
-    def _run_state(self, ctx: RunContext[Any] | None = None, tools: ToolLookup | None = None) -> GuardState:
-        """The run's state; a continued turn's is rebuilt from the history first, once the tools are known."""
-        if self._history is not None and ctx is not None:
-            messages, start = self._history
-            self._history = None
-            # the history's decisions were observed when first made: its state never listens, so none is told again
-            rebuilt = rebuild(
-                self.policy,
-                messages,
-                turn_id=self._turn,
-                start=start,
-                tools=tools or _prepared_tools(ctx),
-                cost=self.cost,
-                is_failure=self.is_failure,
-            )
-            self._state, self._batch = rebuilt.state, rebuilt.batch
-        state = self._state
-        if state is None:
+    def _active(self) -> Run:
+        if self._run is None:
             raise GuardSetupError(
                 "RepeatGuard hook called on the agent's instance: pydantic-ai must call for_run() first "
                 "(pass the RepeatGuard in Agent(capabilities=[...]) or run(capabilities=[...]))"
             )
-        return state
+        return self._run
 
-    def _watch(self) -> Stopwatch:
-        if self._stopwatch is None:
-            self._stopwatch = Stopwatch(self.clock)
-        return self._stopwatch
+    def _where(self, ctx: RunContext[Any], tools: Callable[[str], ToolDefinition | None] | None = None) -> str | Run:
+        """Where the run's state is: its store key, or the run itself (a continued turn rebuilt first)."""
+        run, manager = self._active(), ctx.tool_manager
+        if run.key is None and run.history is not None:
+            (messages, start), run.history = run.history, None
+            known = manager.get_tool_def if manager is not None and manager.tools is not None else lambda name: None
+            run.state, run.batch = rebuild(self.policy, messages, run.turn_id, start, tools or known, self.core)
+        return run.key or run
 
-    def _decision(
+    async def _decision(
         self, ctx: RunContext[Any], call: ToolCallPart, tool_def: ToolDefinition
     ) -> tuple[ToolCall, Refusal | None, bool]:
-        """The call's ``ToolCall``, its decision (its batch's, else decided now, alone), and whether a person
-        edited it.
+        """The call, its decision (its batch's, else decided alone), and whether a person edited it (approved with
+        ``override_args``: the batch's call counts as rejected, the edited one is decided afresh)."""
+        run, where = self._active(), self._where(ctx)
+        entry = run.batch.claim(call.tool_name, call.tool_call_id)
+        sent = call.args if call.args is not None else {}  # as ``tool_call`` reads them
+        if entry is not None and not (ctx.tool_call_approved and sent != entry.call.arguments):
+            return entry.call, entry.refusal, False
+        first = entry.call if entry else asked(ctx.messages, call, tool_def) if ctx.tool_call_approved else None
+        request, turn_id, edited = tool_call(call, tool_def), run.turn_id, first is not None and sent != first.arguments
 
-        A call a person approved with other arguments (``ToolApproved(override_args=...)``: pydantic-ai runs
-        it with them) is not the call its batch decided: that one is withdrawn (it counts as rejected), and the
-        edited call is decided afresh, on its new arguments (its return is marked with them, ``mark_edited``,
-        for a later resume to rebuild the same).
-        """
-        state = self._run_state(ctx)
-        decided = self._batch.get(call.tool_call_id)
-        if decided is not None and decided[0].name == call.tool_name:
-            sent = call.args if call.args is not None else {}  # as ``tool_call`` reads them
-            if not (ctx.tool_call_approved and sent != decided[0].arguments):
-                return decided[0], decided[1], False
-            observe.apply(self.policy.record_rejection, state, decided[0], turn_id=self._turn)
-            del self._batch[call.tool_call_id]
-            request = tool_call(call, tool_def)
-            return request, observe.apply(self.policy.decide_tool_call, state, request, turn_id=self._turn), True
-        request = tool_call(call, tool_def)
-        return request, observe.apply(self.policy.decide_tool_call, state, request, turn_id=self._turn), False
+        def change(state: GuardState) -> Refusal | None:
+            if edited and first is not None:  # the call the model asked for did not run: it counts as rejected
+                self.policy.record_rejection(state, first, turn_id=turn_id)
+            return self.policy.decide_tool_call(state, request, turn_id=turn_id)
 
-    def _record(self, ctx: RunContext[Any], request: ToolCall, *, ok: bool, result: Any) -> None:
-        observe.apply(
-            self.policy.record_tool_result, self._run_state(), request, ok=ok, result=result, turn_id=self._turn
+        return request, await self.core.update(where, change, outage=self.core.refused), edited
+
+    async def _record(self, ctx: RunContext[Any], request: ToolCall, ok: bool, result: Any) -> None:
+        turn_id = self._active().turn_id
+        await self.core.update(
+            self._where(ctx),
+            lambda state: self.policy.record_tool_result(state, request, ok=ok, result=result, turn_id=turn_id),
+            outage=None,
         )
-
-    def _withdraw_denied(self, ctx: RunContext[Any]) -> None:
-        """Calls of the last batch a person denied never ran: withdrawn, they count as rejected calls (the same
-        call denied ``max_calls`` times is then refused, ``RefusalKind.REJECTED``, without asking again)."""
-        if not self._batch or not ctx.messages:
-            return
-        for part in getattr(ctx.messages[-1], "parts", ()):
-            if isinstance(part, ToolReturnPart) and part.outcome == "denied":
-                decided = self._batch.get(part.tool_call_id)
-                if decided is not None and decided[1] is None:
-                    observe.apply(self.policy.record_rejection, self._run_state(), decided[0], turn_id=self._turn)

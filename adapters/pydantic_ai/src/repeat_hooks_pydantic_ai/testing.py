@@ -54,6 +54,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
+from repeat_hooks import StateStore
 from repeat_hooks.kit import conformance as kit
 
 from .guard import RepeatGuard
@@ -188,7 +189,8 @@ class Driver:
 
     ``pause_after=k``: each turn runs with ``agent.iter``, is broken off at its ``k``-th ``CallToolsNode``
     and resumed with ``message_history=`` and no prompt (the same turn, its counts rebuilt from the
-    history): every scenario must end as it does uninterrupted.
+    history, or read from the store): every scenario must end as it does uninterrupted. ``store``: the guards
+    keep the conversations' states in it (``RepeatGuard(store=...)``), not in the runs.
 
     A tool that needs approval is ``Tool(requires_approval=True)`` (the output ``[str, DeferredToolRequests]``):
     a run that ends asking is resumed with ``message_history=`` and ``DeferredToolResults`` of each call put to
@@ -197,17 +199,18 @@ class Driver:
     pydantic-ai's agent delegation; ``seen`` is then what the branches' models read.
     """
 
-    def __init__(self, pause_after: int | None = None) -> None:
+    def __init__(self, pause_after: int | None = None, store: StateStore | None = None) -> None:
         self.pause_after = pause_after
+        self.store = store
 
     def run(self, scenario: kit.Scenario, box: kit.ToolBox) -> list[kit.TurnOutcome]:
         """Every turn of ``scenario`` on one guarded agent; one outcome per turn, read from pydantic-ai."""
         cursors = [kit.Cursor(scenario) for _ in range(scenario.branches)]
         branch_seen: list[str] = []
         if len(cursors) == 1:
-            agent = _kit_agent(scenario, box, cursors[0])
+            agent = _kit_agent(scenario, box, cursors[0], store=self.store)
         else:
-            agent = _orchestrator(scenario, box, cursors, branch_seen)
+            agent = _orchestrator(scenario, box, cursors, branch_seen, self.store)
         history: list[ModelMessage] = []
         outcomes: list[kit.TurnOutcome] = []
         for number, turn in enumerate(scenario.turns):
@@ -228,33 +231,50 @@ class Driver:
                     message_history=result.all_messages(), deferred_tool_results=DeferredToolResults(approvals=answers)
                 )
             new = result.all_messages()[len(history) :]
-            seen = branch_seen[:] if len(cursors) > 1 else tool_returns_of(new)
-            outcomes.append(
-                kit.TurnOutcome(
-                    final=str(result.output),
-                    stop=stop_of(result),
-                    seen=seen,
-                    model_calls=sum(cursor.step for cursor in cursors),
-                    stop_messages=sum(text.startswith(kit.STOPPED) for text in texts_of(new)),
-                )
-            )
+            outcomes.append(outcome(result, new, cursors, branch_seen[:] if len(cursors) > 1 else None))
             history = result.all_messages()
         return outcomes
 
+    def run_turn(
+        self, scenario: kit.Scenario, box: kit.ToolBox, *, store: StateStore, conversation_id: str, turn_id: str
+    ) -> kit.TurnOutcome:
+        """The first turn of ``scenario`` on a fresh agent whose guard keeps its states in ``store``, the run named
+        as a retried request names it: ``agent.run(conversation_id=..., run_id=<the request's id>)``."""
+        cursor = kit.Cursor(scenario)
+        cursor.start_turn(0)
+        agent = _kit_agent(scenario, box, cursor, store=store)
+        result = agent.run_sync(scenario.turns[0].message, conversation_id=conversation_id, run_id=turn_id)
+        return outcome(result, result.all_messages(), [cursor])
 
-def _kit_agent(scenario: kit.Scenario, box: kit.ToolBox, cursor: kit.Cursor) -> Agent[None, Any]:
+
+def outcome(
+    result: AgentRunResult[Any], new: list[ModelMessage], cursors: list[kit.Cursor], seen: list[str] | None = None
+) -> kit.TurnOutcome:
+    """A turn's outcome, read from pydantic-ai: its result and its ``new`` messages (``seen``: the branches')."""
+    return kit.TurnOutcome(
+        final=str(result.output),
+        stop=stop_of(result),
+        seen=tool_returns_of(new) if seen is None else seen,
+        model_calls=sum(cursor.step for cursor in cursors),
+        stop_messages=sum(text.startswith(kit.STOPPED) for text in texts_of(new)),
+    )
+
+
+def _kit_agent(
+    scenario: kit.Scenario, box: kit.ToolBox, cursor: kit.Cursor, *, store: StateStore | None = None
+) -> Agent[None, Any]:
     """The kit's guarded agent, its model answering where ``cursor`` is."""
     output: Any = [str, DeferredToolRequests] if any(tool.needs_approval for tool in scenario.tools) else str
     return Agent(
         ScriptedModel(lambda step: cursor_reply(cursor)),
         tools=[kit_tool(tool, box) for tool in scenario.tools],
-        capabilities=[RepeatGuard(scenario.policy)],
+        capabilities=[RepeatGuard(scenario.policy, store=store)],
         output_type=output,
     )
 
 
 def _orchestrator(
-    scenario: kit.Scenario, box: kit.ToolBox, cursors: list[kit.Cursor], seen: list[str]
+    scenario: kit.Scenario, box: kit.ToolBox, cursors: list[kit.Cursor], seen: list[str], store: StateStore | None
 ) -> Agent[None, Any]:
     """A guarded agent whose model calls ``ask_branch_<n>`` for every cursor in one response, then answers
     ``FINAL``; each call runs a guarded kit agent of its own (``usage=ctx.usage``) and adds what its model read
@@ -268,14 +288,16 @@ def _orchestrator(
 
         return Tool(ask, name=name, description="Ask one branch.")
 
-    tools = [branch(_kit_agent(scenario, box, cursor), f"ask_branch_{n}") for n, cursor in enumerate(cursors)]
+    tools = [
+        branch(_kit_agent(scenario, box, cursor, store=store), f"ask_branch_{n}") for n, cursor in enumerate(cursors)
+    ]
 
     def script(step: int) -> Reply:
         if step % 2:
             return [TextPart(kit.FINAL)]
         return [ToolCallPart(tool.name, {}, tool_call_id=f"branch_{step}_{n}") for n, tool in enumerate(tools)]
 
-    return Agent(ScriptedModel(script), tools=tools, capabilities=[RepeatGuard(scenario.policy)])
+    return Agent(ScriptedModel(script), tools=tools, capabilities=[RepeatGuard(scenario.policy, store=store)])
 
 
 def tool_returns_of(messages: Sequence[ModelMessage]) -> list[str]:

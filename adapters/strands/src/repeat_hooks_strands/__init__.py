@@ -1,39 +1,49 @@
-"""repeat-hooks for Strands Agents (``strands-agents`` 1.62): the guard as a hook provider (and agent plugin).
+"""repeat-hooks for Strands Agents (``strands-agents`` 1.62): ``Agent(hooks=[RepeatGuardHooks()])`` guards the
+agent (its state in ``agent.state``, saved by its session manager, or with ``store=`` in a shared ``StateStore``),
+and ``stop_of(agent(...))`` says how the guard ended the turn, if it did. See the README."""
 
-::
+from __future__ import annotations
 
-    from strands import Agent
-    from repeat_hooks_strands import RepeatGuardHooks
+from typing import Any
 
-    agent = Agent(tools=[track_parcel], hooks=[RepeatGuardHooks()])
+from repeat_hooks import Policy, Stop, StopReason, TokenPrices, kit
 
-One guard may serve many agents; a turn is one invocation that brings new input. The guard's state lives
-in each agent's ``agent.state`` under ``STATE_KEY`` (plain JSON), so Strands' session managers
-(``FileSessionManager``, ``S3SessionManager``, ...) save it with the conversation and restore it in any
-process that joins the session. ``stop_of(agent)`` says how the guard stopped the agent's last turn.
-"""
-
-from repeat_hooks import Policy, Stop, StopReason, TokenPrices
-
-from .calls import hints, model_view, succeeded, tool_call
-from .guard import STOP_KEY, RepeatGuardHooks
-from .state import STATE_KEY, read_state, stop_of, write_state
+from . import calls
+from .guard import GuardSetupError, RepeatGuardHooks, RepeatGuardStopped
+from .state import STATE_KEY, STOP_KEY, TURN_KEY, read_state, stop_of
 
 __all__ = [
     "STATE_KEY",
     "STOP_KEY",
+    "TURN_KEY",
+    "GuardSetupError",
     "Policy",
     "RepeatGuardHooks",
+    "RepeatGuardStopped",
     "Stop",
     "StopReason",
     "TokenPrices",
-    "hints",
-    "model_view",
     "read_state",
     "stop_of",
-    "succeeded",
-    "tool_call",
-    "write_state",
 ]
 
 __version__ = "0.3.0"
+
+
+def _hints(tool: Any) -> dict[str, bool]:
+    return kit.hints(calls.mcp_annotations(tool))
+
+
+def _write_state(agent: Any, state: Any, key: str = STATE_KEY) -> None:
+    agent.state.set(key, state.model_dump_json())
+
+
+__getattr__ = kit.moved(
+    __name__,
+    {
+        "hints": ("repeat_hooks.kit.hints(repeat_hooks_strands.calls.mcp_annotations(tool))", lambda: _hints),
+        **{name: f"{__name__}.calls:{name}" for name in ("tool_call", "model_view", "succeeded")},
+        "write_state": ("agent.state.set(STATE_KEY, state.model_dump_json())", lambda: _write_state),
+    },
+)
+"""The names 0.3 moved out of the front door, and their new spelling: one release more, with a warning."""

@@ -1,13 +1,5 @@
-"""Strands' tool calls and results, as the guard reads them.
-
-- ``tool_call``: a ``toolUse`` block (and the tool it names) as a ``repeat_hooks.ToolCall``, with the
-  effect hints the tool's ``tool_spec["annotations"]`` sets explicitly (MCP tools carry their server's
-  ``readOnlyHint``, ``destructiveHint`` and ``idempotentHint`` there; a key that is absent says nothing).
-- ``model_view``: what the model reads of a ``ToolResult``: its ``content`` blocks, not Strands' wrapper
-  (``toolUseId``, ``status``), so that two runs returning the same content are the same result.
-- ``succeeded``: whether a ``ToolResult`` reports success (``status`` is not ``"error"``; an MCP result
-  with ``isError`` is a failure).
-"""
+"""Strands' tool calls and results as the guard reads them: a ``toolUse`` block as a ``ToolCall`` (with the hints
+of its tool's ``tool_spec["annotations"]``), what the model reads of a ``ToolResult``, and whether it succeeded."""
 
 from __future__ import annotations
 
@@ -16,42 +8,32 @@ from typing import Any
 
 from strands.types.tools import AgentTool, ToolResult, ToolUse
 
-from repeat_hooks import ToolCall
-
-_HINTS = (("readOnlyHint", "read_only"), ("destructiveHint", "destructive"), ("idempotentHint", "idempotent"))
+from repeat_hooks import ToolCall, kit
 
 
-def hints(tool: AgentTool | None) -> dict[str, bool]:
-    """The effect hints ``tool``'s spec sets explicitly: ``{"read_only": True, ...}`` (keyword names of
-    ``ToolCall``). A hint that is absent, or not a bool, is left out: unknown."""
-    if tool is None:
-        return {}
+def mcp_annotations(tool: AgentTool | None) -> object:
+    """The MCP annotations ``tool``'s spec carries (``None``: none, or a spec that cannot be built)."""
     try:
-        annotations = tool.tool_spec.get("annotations")
+        return None if tool is None else tool.tool_spec.get("annotations")
     except Exception:  # a tool whose spec cannot be built: no hints
-        return {}
-    if not isinstance(annotations, Mapping):
-        return {}
-    found: dict[str, bool] = {}
-    for key, name in _HINTS:
-        value = annotations.get(key)
-        if isinstance(value, bool):
-            found[name] = value
-    return found
+        return None
 
 
 def tool_call(tool_use: ToolUse, tool: AgentTool | None = None, *, call_id: str | None = None) -> ToolCall:
-    """The ``ToolCall`` of a ``toolUse`` block: its name, its input, its id (``call_id`` overrides it) and
-    the hints of ``tool`` (the tool it names, if known)."""
-    name = str(tool_use.get("name", ""))
+    """The ``ToolCall`` of a ``toolUse`` block: its name, input and id (``call_id`` overrides it), and the effect
+    hints ``tool`` (the tool it names, if known) sets explicitly."""
     identifier = call_id if call_id is not None else tool_use.get("toolUseId")
-    return ToolCall(name, tool_use.get("input"), call_id=str(identifier) if identifier else None, **hints(tool))
+    return kit.tool_call(
+        str(tool_use.get("name", "")),
+        tool_use.get("input"),
+        call_id=str(identifier) if identifier else None,
+        annotations=mcp_annotations(tool),
+    )
 
 
 def model_view(result: Mapping[str, Any]) -> Any:
-    """What the model reads of a ``ToolResult``: the text of a single text block, the value of a single
-    ``json`` block, else the list of content blocks (images and documents as Strands holds them; their
-    bytes are digested by the guard, never kept)."""
+    """What the model reads of a ``ToolResult``: the text of a single text block, the value of a single ``json``
+    block, else the list of content blocks (never Strands' wrapper: ``toolUseId``, ``status``)."""
     content = result.get("content")
     if not isinstance(content, list):
         return content

@@ -1,41 +1,6 @@
-"""``RepeatGuardHooks``: the guard as a Strands hook provider and agent plugin.
-
-``Agent(hooks=[RepeatGuardHooks()])`` and ``Agent(plugins=[RepeatGuardHooks()])`` do the same;
-``Swarm(nodes, hooks=[guard])`` and ``Graph(..., hooks=[guard])`` guard each of their agents. One
-instance may serve many agents (an orchestrator and the agents it uses as tools, a swarm's or a graph's
-nodes), concurrently: it holds no counters. Each hook reads the agent's ``GuardState`` from
-``agent.state`` (see ``state``), applies one verb of the ``Policy`` and writes it back. What it keeps in
-the process is per agent and per model response only: the decisions of the response's tool calls until
-each call's hook takes its own, the start of the model call in flight, and whether the next model call was
-already decided.
-
-A **turn** is one invocation that brings new input (``agent("...")``, ``invoke_async``, ``stream_async``,
-an ``AfterInvocationEvent.resume`` with input). An invocation without new input continues the current turn
-with its counts: resuming after an interrupt or from a checkpoint, or ``agent()`` to finish a turn that
-a crash cut short, in this process or another that joined the same session.
-
-Which hook does what:
-
-- ``BeforeInvocationEvent``: starts a turn (fresh counts) when the invocation brings new input.
-- ``BeforeModelCallEvent``: a stop sets ``event.cancel`` to the stop message: the model is not called,
-  and Strands ends the turn with that text as the final assistant message (``stop_reason="end_turn"``;
-  ``strands/event_loop/event_loop.py:549-577``). At an agent's first model call, checks the tool names the
-  policy names (see ``RepeatGuardHooks``).
-- ``AfterModelCallEvent``: counts the model call, with its seconds and its cost (the response's usage).
-- ``BeforeToolsEvent``: the model's response with all its tool uses, before any runs: decides them as
-  one batch (``Policy.decide_tool_calls``), so no result of the batch restarts another's count, however
-  Strands' executor (concurrent by default) then runs them.
-- ``BeforeToolCallEvent``: hands back the call's decision; a refusal sets ``event.cancel_tool`` to the
-  refusal text, so the tool does not run and the model reads the text as the call's (error) result
-  (``strands/tools/executors/_executor.py:223-247``).
-- ``AfterToolCallEvent``: records the outcome and what the model reads of the result (``calls.model_view``).
-- ``AfterToolsEvent``: the turn's next step is a model call: decides it here, and a stop sets
-  ``event.end_turn`` to the stop message, so the loop ends with it as the final assistant message without
-  another cycle (``strands/event_loop/event_loop.py:1007-1028``).
-
-A stop is also put in the invocation's ``request_state``, so ``AgentResult.state["repeat_hooks_stop"]`` is
-the stop reason; ``stop_of(agent)`` gives the whole ``Stop`` afterwards.
-"""
+"""``RepeatGuardHooks``, the guard as a Strands hook provider and plugin: each callback applies one verb of the
+``Policy`` to the agent's state through the kit's ``GuardCore`` (the README's "How it maps to Strands" says which
+event does what, and why); and its errors."""
 
 from __future__ import annotations
 
@@ -43,59 +8,48 @@ import functools
 import uuid
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from strands.hooks import (
-    AfterModelCallEvent,
-    AfterToolCallEvent,
-    AfterToolsEvent,
-    AgentInitializedEvent,
-    BeforeInvocationEvent,
-    BeforeModelCallEvent,
-    BeforeToolCallEvent,
-    BeforeToolsEvent,
-    HookRegistry,
-    MultiAgentInitializedEvent,
-)
+from strands import hooks
 from strands.plugins import Plugin
+from strands.types.exceptions import EventLoopException
 
-from repeat_hooks import GuardSetupError, GuardState, Policy, Refusal, Stop, ToolCall, observe
-from repeat_hooks.call import batch_call_ids
-from repeat_hooks.kit import Clock, CostOf, Stopwatch, check_budgets, check_tool_names, policy_from
-from repeat_hooks.kit.clock import monotonic
-from repeat_hooks.stop_rules import HookPoint
+from repeat_hooks import GuardSetupError, GuardState, Policy, Stop, kit, observe
+from repeat_hooks.stores import StateStore
 
 from .calls import model_view, succeeded, tool_call
-from .state import STATE_KEY, ParsedStates
+from .state import STATE_KEY, TURN_KEY, AgentSlot, conversation_key, mark_stop, session_manager
 
 if TYPE_CHECKING:
     from strands import Agent
-    from strands.types.tools import AgentTool, ToolUse
+    from strands.types.tools import AgentTool
 
-STOP_KEY = "repeat_hooks_stop"
-"""The ``request_state`` key (``AgentResult.state``) holding the reason of a turn the guard stopped."""
+__all__ = ["GuardSetupError", "RepeatGuardHooks", "RepeatGuardStopped"]
+
 _OWNER = "RepeatGuardHooks"
-
-_claims: weakref.WeakKeyDictionary[Any, dict[str, RepeatGuardHooks]] = weakref.WeakKeyDictionary()
-"""Agent -> the guard holding each state key of it: two guards on one key would count every call twice."""
-
 _Hook = TypeVar("_Hook", bound=Callable[[Any, Any], None])
 
 
-def _in_scope(hook: _Hook) -> _Hook:
-    """Runs a hook callback in ``observe.scope(...)``: the agent's name and, with a session manager, its session
-    id, which the observers read (``repeat_hooks.observe.otel``: ``gen_ai.agent.name``, ``gen_ai.conversation.id``).
-    With no observer registered it runs the callback as it is."""
+class RepeatGuardStopped(kit.GuardStopped, EventLoopException):
+    """The guard stopped the turn with ``on_stop="raise"``: raised out of ``agent(...)``. An ``EventLoopException``,
+    which Strands' loop lets through unwrapped; ``stop`` says why, ``request_state`` is the invocation's."""
+
+    def __init__(self, stop: Stop, request_state: Any = None) -> None:
+        super().__init__(stop, request_state)  # GuardStopped(stop, *details) -> EventLoopException(text, state)
+        self.original_exception = self
+
+
+def _scoped(hook: _Hook) -> _Hook:
+    """Runs a callback in ``core.scope(...)``, naming the conversation and the agent for the observers."""
 
     @functools.wraps(hook)
-    def scoped(self: Any, event: Any) -> None:
+    def scoped(self: RepeatGuardHooks, event: Any) -> None:
         if not observe.OBSERVERS:
             return hook(self, event)
-        agent = event.agent
-        session = getattr(_session_manager(agent), "session_id", None)
-        with observe.scope(conversation_id=session if isinstance(session, str) else None, agent_name=agent.name):
-            return hook(self, event)
+        session = getattr(session_manager(event.agent), "session_id", None)
+        with self.core.scope(self.core.conversation_id(session), event.agent.name):
+            hook(self, event)
 
     return scoped  # type: ignore[return-value]
 
@@ -103,23 +57,11 @@ def _in_scope(hook: _Hook) -> _Hook:
 class RepeatGuardHooks(Plugin):
     """The loop guard for Strands agents: ``Agent(..., hooks=[RepeatGuardHooks()])`` (or ``plugins=[...]``).
 
-    ``policy`` is the settings: a ``Policy``, the settings as keywords (``RepeatGuardHooks(max_calls=2,
-    max_refusals=3)``), or nothing for the default ``Policy()``. A ``StopRepeatedCalls`` is refused: the
-    counts live in each agent's ``agent.state``.
-
-    ``cost`` turns a model response's usage into US dollars, for ``max_cost_usd``:
-    ``cost=TokenPrices(3, 15)`` (it is handed the response's Strands ``Usage`` as it is, ``{}`` where the
-    response reported none: ``repeat_hooks.usage_tokens`` reads Strands' keys). ``clock`` times model calls, for
-    ``max_model_seconds`` (``None``: no timing). ``check_tools=False`` skips the check of the tool names the
-    policy names. ``state_key`` is the ``agent.state`` key.
-
-    Misuse fails loudly: at construction (``TypeError`` or ``repeat_hooks.GuardSetupError``), a policy
-    argument that is not one or a budget nothing feeds (``max_cost_usd`` without ``cost``,
-    ``max_model_seconds`` without ``clock``); when the agent is built, the guard registered twice on it, or
-    two guards on one state key (every call would be counted twice); at an agent's first model call, a tool
-    name in ``limits``, ``exempt``, ``read_only`` or ``destructive`` that none of the agents this guard
-    serves has (their tools are complete by then: MCP tools given as ``tools=[mcp_client]`` are listed when
-    the agent is built; pass ``check_tools=False`` for tools added later).
+    The common keywords, as in every adapter (``repeat_hooks.kit.GuardCore``): ``policy`` (or its settings as
+    keywords), ``store`` (``None``: each agent's ``agent.state``), ``cost`` (handed the response's Strands
+    ``Usage``), ``clock``, ``is_failure`` (of what the model reads of a result), ``check_tools``, ``on_stop``
+    (``"raise"``: ``agent(...)`` raises ``RepeatGuardStopped``) and ``fail``. Strands' own: ``state_key``, the
+    ``agent.state`` key (and the store keys' prefix), so that two guards on one agent keep apart.
     """
 
     name = "repeat_hooks"
@@ -129,360 +71,238 @@ class RepeatGuardHooks(Plugin):
         self,
         policy: Policy | None = None,
         *,
-        cost: CostOf | None = None,
-        clock: Clock | None = monotonic,
+        store: StateStore | None = None,
+        cost: kit.CostOf | None = None,
+        clock: kit.Clock | None = kit.monotonic,
+        is_failure: kit.FailureCheck | None = None,
         check_tools: bool = True,
+        on_stop: kit.OnStop = "reply",
+        fail: kit.Fail = "open",
         state_key: str = STATE_KEY,
         **settings: Any,
     ) -> None:
         super().__init__()
-        self.policy: Policy = policy_from(policy, settings, owner=_OWNER)
-        """The settings; the counters live in each agent's ``agent.state``."""
-        check_budgets(self.policy, owner=_OWNER, cost=cost, clock=clock)
         if not isinstance(state_key, str) or not state_key.strip():
-            raise GuardSetupError(f"repeat-hooks: state_key={state_key!r} must be a non-empty string")
-        self.cost = cost
-        self.clock = clock
-        self.check_tools = check_tools
+            raise GuardSetupError(f"repeat-hooks: {_OWNER}(state_key={state_key!r}) must be a non-empty string")
+        self.core = kit.GuardCore(policy, settings, owner=_OWNER, keywords=("state_key",), **kit.common(locals()))
+        self.policy: Policy = self.core.policy
         self.state_key = state_key
-        points = self.policy.hook_points()
-        self._records_outcomes = HookPoint.POST_TOOL_CALL in points
-        self._records_model_calls = HookPoint.POST_LLM_CALL in points
-        self._states = ParsedStates()
+        self._states = kit.ParsedStates()
         self._runs: weakref.WeakKeyDictionary[Any, _Run] = weakref.WeakKeyDictionary()
         self._agents: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._registries: weakref.WeakSet[HookRegistry] = weakref.WeakSet()
+        self._registries: weakref.WeakSet[hooks.HookRegistry] = weakref.WeakSet()
 
-    # -- registration ------------------------------------------------------------------------------
-
-    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
-        """Fires when an agent is built with ``hooks=[guard]`` (or ``plugins=[guard]``): registers the guard's
-        callbacks on the agent's hook registry. Raises ``GuardSetupError`` if they are there already."""
+    def register_hooks(self, registry: hooks.HookRegistry, **kwargs: Any) -> None:
+        """Fires when an agent is built with ``hooks=[guard]``: registers the callbacks (``GuardSetupError`` if they
+        are there already)."""
         if registry in self._registries:
             raise GuardSetupError(
                 f"repeat-hooks: this {_OWNER} is registered twice on one agent (hooks=[...] and plugins=[...]?): "
                 "every call would be counted twice. Give it once."
             )
         self._registries.add(registry)
-        registry.add_callback(AgentInitializedEvent, self._on_agent_initialized)
-        registry.add_callback(BeforeInvocationEvent, self._on_before_invocation)
-        registry.add_callback(BeforeModelCallEvent, self._on_before_model_call)
-        registry.add_callback(AfterModelCallEvent, self._on_after_model_call)
-        registry.add_callback(BeforeToolsEvent, self._on_before_tools)
-        registry.add_callback(BeforeToolCallEvent, self._on_before_tool_call)
-        registry.add_callback(AfterToolCallEvent, self._on_after_tool_call)
-        registry.add_callback(AfterToolsEvent, self._on_after_tools)
-        registry.add_callback(MultiAgentInitializedEvent, self._on_multiagent_initialized)
+        for name in vars(RepeatGuardHooks):
+            if name.startswith("_on_"):  # each for the event its annotation names
+                registry.add_callback(None, getattr(self, name))
 
     def init_agent(self, agent: Agent) -> None:
         """Fires when an agent is built with ``plugins=[guard]``: registers the callbacks (``register_hooks``)."""
         self.register_hooks(agent.hooks)
 
-    def _on_agent_initialized(self, event: AgentInitializedEvent) -> None:
-        """Fires once the agent is built: remembers it (for the tool-name check) and claims its state key.
-        Raises ``GuardSetupError`` if another guard holds the same key on this agent."""
-        self._claim(event.agent)
-
-    def _claim(self, agent: Any) -> None:
-        claims = _claims.setdefault(agent, {})
-        holder = claims.setdefault(self.state_key, self)
-        if holder is not self:
-            raise GuardSetupError(
-                f"repeat-hooks: two {_OWNER} share the agent.state key {self.state_key!r} on agent "
-                f"{agent.name!r}: every call would be counted twice. Give the agent one guard (or give each "
-                "its own state_key)."
-            )
+    def _on_agent_initialized(self, event: hooks.AgentInitializedEvent) -> None:
+        """Fires once the agent is built: remembers it (for the tool-name check); ``GuardSetupError`` if another
+        guard on it has the same ``state_key``."""
+        agent = event.agent
+        for callback in agent.hooks.get_callbacks_for(event):
+            other = getattr(callback, "__self__", None)
+            if isinstance(other, RepeatGuardHooks) and other is not self and other.state_key == self.state_key:
+                raise GuardSetupError(
+                    f"repeat-hooks: two {_OWNER} share the agent.state key {self.state_key!r} on agent "
+                    f"{agent.name!r}: every call would be counted twice. Give the agent one guard (or give each "
+                    "its own state_key)."
+                )
         self._agents.add(agent)
 
-    def _on_multiagent_initialized(self, event: MultiAgentInitializedEvent) -> None:
-        """Fires when a ``Swarm`` or ``Graph`` given ``hooks=[guard]`` is built: guards each of its agents (and
-        those of the swarms and graphs nested in it) that this guard does not guard yet, as if each had been
-        built with ``hooks=[guard]``. Returns nothing."""
+    def _on_multiagent_initialized(self, event: hooks.MultiAgentInitializedEvent) -> None:
+        """Fires when a ``Swarm`` or ``Graph`` given ``hooks=[guard]`` is built: guards each of its agents (nested
+        ones included) that this guard does not guard yet."""
         pending: list[Any] = [event.source]
         while pending:
-            orchestrator = pending.pop()
-            nodes = getattr(orchestrator, "nodes", None)
+            nodes = getattr(pending.pop(), "nodes", None)
             for node in nodes.values() if isinstance(nodes, dict) else ():
-                executor = getattr(node, "executor", None)
+                executor: Any = getattr(node, "executor", None)
                 registry = getattr(executor, "hooks", None)
                 if isinstance(getattr(executor, "nodes", None), dict):
                     pending.append(executor)
-                elif isinstance(registry, HookRegistry) and registry not in self._registries:
+                elif isinstance(registry, hooks.HookRegistry) and registry not in self._registries:
                     self.register_hooks(registry)
-                    self._claim(executor)
+                    self._on_agent_initialized(hooks.AgentInitializedEvent(agent=executor))
 
-    # -- turns and model calls ---------------------------------------------------------------------
-
-    @_in_scope
-    def _on_before_invocation(self, event: BeforeInvocationEvent) -> None:
-        """Fires when an invocation starts: new input starts a turn (fresh counts, a new turn id); none
-        (an interrupt's or a checkpoint's resume, ``agent()``) continues the current one. Returns nothing."""
-        agent = event.agent
-        run = self._run(agent)
+    @_scoped
+    def _on_before_invocation(self, event: hooks.BeforeInvocationEvent) -> None:
+        """Fires when an invocation starts: starts (or, with the current turn's id or no new input, continues) the
+        turn. With ``store=``, raises ``GuardSetupError`` if nothing names the conversation."""
+        agent, run = event.agent, self._run(event.agent)
         run.reset()
-        state = self._read(agent)
-        if not event.messages and state.turn.number:
-            self._states.keep(agent, state)  # unchanged: parsed for the next read, not written
-            return
-        observe.apply(self.policy.start_turn, state, turn_id=uuid.uuid4().hex)
-        self._write(agent, state)
+        if self.core.store is not None:
+            run.key = conversation_key(self.core, agent, self.state_key)
+            if run.key is None:
+                raise GuardSetupError(
+                    f"repeat-hooks: {_OWNER}(store=...) keeps each conversation under its id, and agent "
+                    f"{agent.name!r} has none: give it a session manager (Agent(session_manager="
+                    "FileSessionManager(session_id=...))) or run it in repeat_hooks.kit.request(conversation_id=...)"
+                )
+        given = self.core.turn_id((event.invocation_state or {}).get(TURN_KEY))
+        fresh, turn = given is not None or bool(event.messages), given or uuid.uuid4().hex
 
-    @_in_scope
-    def _on_before_model_call(self, event: BeforeModelCallEvent) -> None:
-        """Fires before each model call. When the turn must stop, sets ``event.cancel`` to the stop message:
-        Strands skips the model and ends the turn with that text. Raises ``GuardSetupError`` at an agent's
-        first model call for a tool name the policy names that none of the guarded agents has."""
-        agent = event.agent
-        run = self._run(agent)
+        def start(state: GuardState) -> None:
+            if fresh or not state.turn.number:  # else no new input: the current turn goes on
+                self.policy.start_turn(state, turn_id=turn)
+
+        self.core.update_now(run.where, start, outage=None)
+
+    @_scoped
+    def _on_before_model_call(self, event: hooks.BeforeModelCallEvent) -> None:
+        """Fires before each model call: a stop sets ``event.cancel`` to its message, or raises ``RepeatGuardStopped``
+        (``on_stop="raise"``). At the first, ``GuardSetupError`` for a tool the policy names that no agent has."""
+        run = self._run(event.agent)
         if not run.tools_checked:
-            self._check_tool_names(agent)
+            self.core.check_tool_names({name for agent in (event.agent, *self._agents) for name in agent.tool_names})
             run.tools_checked = True
         if run.ahead:
             run.ahead = False  # AfterToolsEvent decided this call already
         else:
-            state = self._read(agent)
-            stop = observe.apply(self.policy.decide_model_call, state)
-            self._write(agent, state)
+            stop = self.core.update_now(run.where, self.policy.decide_model_call, outage=self.core.ended)
             if stop is not None:
-                event.cancel = stop.message
-                run.cancelled = True
-                _mark_stop(event.invocation_state, stop)
+                stopped = self.core.stopped(stop, RepeatGuardStopped, mark_stop(event.invocation_state, stop))
+                if stopped is not None:
+                    raise stopped
+                event.cancel, run.cancelled = stop.message, True
                 return
-        if self._records_model_calls:
+        if self.core.records_model_calls:
             run.watch.start()
 
-    @_in_scope
-    def _on_after_model_call(self, event: AfterModelCallEvent) -> None:
-        """Fires after each model call (and after a call the guard cancelled, which it skips): counts it,
-        with its seconds and its cost, when the policy has a budget that needs them. A call that raised is
-        not counted. Returns nothing."""
+    @_scoped
+    def _on_after_model_call(self, event: hooks.AfterModelCallEvent) -> None:
+        """Fires after each model call: counts it, with its seconds and cost, when a budget needs them."""
         run = self._run(event.agent)
         if run.cancelled:
             run.cancelled = False
             return
         response = event.stop_response
-        if response is None or not self._records_model_calls:
+        if response is None or not self.core.records_model_calls:
             return
-        seconds = run.watch.seconds()
-        cost = 0.0
-        if self.cost is not None:
-            metadata = response.message.get("metadata")
-            usage = metadata.get("usage") if isinstance(metadata, dict) else None
-            cost = self.cost(usage if usage is not None else {})
-        state = self._read(event.agent)
-        observe.apply(self.policy.record_model_call, state, seconds=seconds, cost_usd=cost)
-        self._write(event.agent, state)
+        seconds, metadata = run.watch.seconds(), response.message.get("metadata")
+        cost = self.core.cost_of((metadata.get("usage") if isinstance(metadata, dict) else None) or {})
+        self.core.update_now(
+            run.where, lambda state: self.policy.record_model_call(state, seconds=seconds, cost_usd=cost), outage=None
+        )
 
-    # -- tools ---------------------------------------------------------------------------------------
-
-    @_in_scope
-    def _on_before_tools(self, event: BeforeToolsEvent) -> None:
-        """Fires once per model response with tool uses, before any runs: decides them all as one batch and
-        saves the counts (the agent's session manager, if any, writes them now). Returns nothing."""
-        if event.cancel:
-            return  # another hook cancelled the whole batch: nothing runs
-        agent = event.agent
+    @_scoped
+    def _on_before_tools(self, event: hooks.BeforeToolsEvent) -> None:
+        """Fires once per model response with tool uses, before any runs: decides them as one batch, committed
+        before they run (the store; else the session manager saves the agent; else written when the batch ends)."""
         uses = [block["toolUse"] for block in event.message["content"] if "toolUse" in block]
-        if not uses:
-            return
+        if event.cancel or not uses:
+            return  # another hook cancelled the whole batch (nothing runs), or no tool use
+        agent, run = event.agent, self._run(event.agent)
         calls = [tool_call(use, _lookup(agent, str(use.get("name", "")))) for use in uses]
-        state = self._read(agent)
-        decisions = observe.apply(self.policy.decide_tool_calls, state, calls)
-        run = self._run(agent)
-        run.batch = [
-            _Call(use=use, call=replace(call, call_id=call_id), refusal=refusal)
-            for use, call, call_id, refusal in zip(uses, calls, batch_call_ids(calls), decisions, strict=True)
-        ]
-        run.in_batch = True
-        manager = _session_manager(agent)
-        if manager is None:
-            self._stage(agent, state)  # written once, with the outcomes, when the batch ends
-        else:
-            self._write(agent, state)
+        manager = session_manager(agent) if self.core.store is None else None
+        run.in_batch, run.slot.staging = True, manager is None
+        decisions = self.core.update_now(
+            run.where, lambda state: self.policy.decide_tool_calls(state, calls), outage=[self.core.refused] * len(uses)
+        )
+        run.batch.decided(calls, decisions, given=uses)
+        if manager is not None:
+            run.slot.staging = True
             manager.sync_agent(agent)  # Strands saves the agent when a message is added: after the batch
 
-    @_in_scope
-    def _on_before_tool_call(self, event: BeforeToolCallEvent) -> None:
-        """Fires before each tool call (concurrent calls: once each). Hands back the call's batch decision (a
-        call of the batch that another hook renamed is decided here); a refusal sets ``event.cancel_tool`` to
-        its text, so the tool does not run and the model reads the text as the call's result. A direct call
-        by the application (``agent.tool.x(...)``, outside any batch) is left alone. Returns nothing."""
-        agent = event.agent
-        run = self._run(agent)
-        entry = run.claim(event.tool_use)
-        if entry is None:
-            if not run.in_batch:
-                return  # a direct call by the application (agent.tool.x(...)), not the model's: not guarded
-            state = self._read(agent)
-            call = tool_call(event.tool_use, event.selected_tool)
-            entry = _Call(
-                use=event.tool_use, call=call, refusal=observe.apply(self.policy.decide_tool_call, state, call)
+    @_scoped
+    def _on_before_tool_call(self, event: hooks.BeforeToolCallEvent) -> None:
+        """Fires before each tool call: hands back its batch decision; a refusal sets ``event.cancel_tool`` to its
+        text, which the model reads as the call's result. A direct call (``agent.tool.x(...)``) is left alone."""
+        run, use = self._run(event.agent), event.tool_use
+        entry = run.batch.claim(str(use.get("name", "")), use.get("toolUseId"), use.get("input"), given=use)
+        if entry is None and run.in_batch:
+            call = tool_call(use, event.selected_tool)
+            refusal = self.core.update_now(
+                run.where, lambda state: self.policy.decide_tool_call(state, call), outage=self.core.refused
             )
-            entry.claimed = True
-            run.batch.append(entry)
-            self._stage(agent, state)
-        if entry.refusal is not None:
+            entry = run.batch.add(call, refusal, given=use)
+        if entry is not None and entry.refusal is not None:
             event.cancel_tool = entry.refusal.message
 
-    @_in_scope
-    def _on_after_tool_call(self, event: AfterToolCallEvent) -> None:
-        """Fires after each tool call: records whether it succeeded and what the model reads of its result.
-        A call another hook cancelled (a human rejected it at an interrupt, a guardrail) did not run: it is
-        withdrawn, and counts as rejected (``Policy.record_rejection``). Skips calls the guard refused and
-        attempts another hook discards (``retry``). Returns nothing."""
-        if event.retry or not self._records_outcomes:
+    @_scoped
+    def _on_after_tool_call(self, event: hooks.AfterToolCallEvent) -> None:
+        """Fires after each tool call: records whether it succeeded and what the model reads of it; a call another
+        hook cancelled counts as rejected. Skips calls the guard refused and discarded attempts (``retry``)."""
+        if event.retry or not self.core.records_outcomes:
             return
-        agent = event.agent
-        if event.cancel_message is not None:
-            entry = self._run(agent).settle(event.tool_use)
-            if entry is not None and entry.refusal is None:
-                state = self._read(agent)
-                observe.apply(self.policy.record_rejection, state, entry.call)
-                self._stage(agent, state)
-            return
-        entry = self._run(agent).settle(event.tool_use)
+        run, use = self._run(event.agent), event.tool_use
+        entry = run.batch.settle(str(use.get("name", "")), use.get("toolUseId"), use.get("input"), given=use)
         if entry is None or entry.refusal is not None:
             return
-        state = self._read(agent)
-        result = event.result
-        observe.apply(
-            self.policy.record_tool_result, state, entry.call, ok=succeeded(result), result=model_view(result)
-        )
-        self._stage(agent, state)
-
-    @_in_scope
-    def _on_after_tools(self, event: AfterToolsEvent) -> None:
-        """Fires after a response's tool calls, before their results join the conversation. Unless the turn
-        already ends, the next step is a model call: decides it now, and a stop sets ``event.end_turn`` to
-        the stop message (the final assistant message; no further cycle). Returns nothing."""
-        agent = event.agent
-        run = self._run(agent)
-        answered = {block["toolResult"].get("toolUseId") for block in event.message["content"] if "toolResult" in block}
-        interrupted = any(entry.use.get("toolUseId") not in answered for entry in run.batch)
-        run.batch = []
-        run.in_batch = False
-        state = self._read(agent)
-        if event.end_turn or interrupted:
-            # No model call follows: the turn ends, or an interrupt pauses the batch (its resume decides the
-            # same calls again in this response: each is found by its id, not counted twice).
-            self._write(agent, state)
+        call = entry.call
+        if event.cancel_message is not None:
+            self.core.update_now(run.where, lambda state: self.policy.record_rejection(state, call), outage=None)
             return
-        stop = observe.apply(self.policy.decide_model_call, state)
-        self._write(agent, state)
+        view = model_view(event.result)
+        ok = self.core.ok(succeeded(event.result), view)
+        self.core.update_now(
+            run.where, lambda state: self.policy.record_tool_result(state, call, ok=ok, result=view), outage=None
+        )
+
+    @_scoped
+    def _on_after_tools(self, event: hooks.AfterToolsEvent) -> None:
+        """Fires after a response's tool calls: unless the turn ends or an interrupt pauses the batch, decides the
+        next model call; a stop sets ``event.end_turn`` to its message (``"raise"``: the model call's hook does)."""
+        run = self._run(event.agent)
+        answered = {block["toolResult"].get("toolUseId") for block in event.message["content"] if "toolResult" in block}
+        interrupted = any(entry.model_id not in answered for entry in run.batch.calls)
+        run.batch.clear()
+        run.in_batch = run.slot.staging = False
+        if event.end_turn or interrupted or self.core.on_stop == "raise":
+            if run.slot.pending is not None:  # written now (an interrupt's resume finds its calls by their ids)
+                self.core.update_now(run.slot, lambda state: None, outage=None)
+            return
+        stop = self.core.update_now(run.where, self.policy.decide_model_call, outage=self.core.ended)
         if stop is None:
             run.ahead = True
-            return
-        event.end_turn = stop.message
-        _mark_stop(event.invocation_state, stop)
-
-    # -- helpers -------------------------------------------------------------------------------------
+        else:
+            event.end_turn = stop.message
+            mark_stop(event.invocation_state, stop)
 
     def _run(self, agent: Any) -> _Run:
         run = self._runs.get(agent)
         if run is None:
-            run = self._runs[agent] = _Run(watch=Stopwatch(self.clock))
+            slot = AgentSlot(agent, self.state_key, self._states)
+            run = self._runs[agent] = _Run(slot, kit.Stopwatch(self.core.clock))
         return run
 
-    def _read(self, agent: Any) -> GuardState:
-        """The agent's state: the one a tool batch in progress holds, else ``agent.state``'s."""
-        run = self._runs.get(agent)
-        if run is not None and run.pending is not None:
-            return run.pending
-        return self._states.read(agent, self.state_key)
 
-    def _write(self, agent: Any, state: GuardState) -> None:
-        """Write ``state`` into ``agent.state`` (nothing is pending any more)."""
-        run = self._runs.get(agent)
-        if run is not None:
-            run.pending = None
-        self._states.write(agent, state, self.state_key)
-
-    def _stage(self, agent: Any, state: GuardState) -> None:
-        """During a tool batch, keep ``state`` for the batch's end (``AfterToolsEvent`` writes it, before the
-        results join the conversation and a session manager saves the agent); outside one, write it now."""
-        run = self._run(agent)
-        if run.in_batch:
-            run.pending = state
-        else:
-            self._write(agent, state)
-
-    def _check_tool_names(self, agent: Any) -> None:
-        """The tools the policy names are tools of the agents this guard serves (all of them: a name may be
-        a tool of an agent used as a tool, or of another node)."""
-        if not self.check_tools:
-            return
-        names: set[str] = set(agent.tool_names)
-        for other in list(self._agents):
-            names.update(other.tool_names)
-        check_tool_names(self.policy, names, owner=_OWNER)
-
-
-@dataclass
-class _Call:
-    """One tool use of the current model response, from its batch decision to its outcome."""
-
-    use: ToolUse
-    """The ``toolUse`` block (the very dict Strands hands the tool hooks)."""
-    call: ToolCall
-    """The call as its batch decided it (its id as ``batch_call_ids`` gave it)."""
-    refusal: Refusal | None
-    claimed: bool = False
-    """Its ``BeforeToolCallEvent`` took the decision."""
-    settled: bool = False
-    """Its outcome was recorded."""
-
-
-@dataclass
+@dataclass(slots=True)
 class _Run:
-    """What the guard keeps in the process for one agent: only the current model response's calls, and
-    the model call in flight."""
+    """A guard's in-process part for one agent: where its state is, the response's calls, the model call in flight."""
 
-    watch: Stopwatch
-    batch: list[_Call] = field(default_factory=list)
-    ahead: bool = False
-    """``AfterToolsEvent`` decided the next model call already (``BeforeModelCallEvent`` skips deciding)."""
-    cancelled: bool = False
-    """``BeforeModelCallEvent`` cancelled the model call (its ``AfterModelCallEvent`` is no model call)."""
+    slot: AgentSlot
+    watch: kit.Stopwatch
+    key: str | None = None
+    batch: kit.Batch = field(default_factory=kit.Batch)
     tools_checked: bool = False
-    in_batch: bool = False
-    """Between ``BeforeToolsEvent`` and ``AfterToolsEvent``."""
-    pending: GuardState | None = None
-    """The state a tool batch in progress changed, until ``AfterToolsEvent`` writes it."""
+    ahead: bool = False  # AfterToolsEvent decided the next model call already
+    cancelled: bool = False  # BeforeModelCallEvent cancelled the model call: its AfterModelCallEvent is none
+    in_batch: bool = False  # between BeforeToolsEvent and AfterToolsEvent
+
+    @property
+    def where(self) -> str | AgentSlot:
+        """Where ``GuardCore.update_now`` finds the state: the store key, else ``agent.state``."""
+        return self.slot if self.key is None else self.key
 
     def reset(self) -> None:
         """A new invocation: nothing of the previous one's responses is pending."""
-        self.batch = []
-        self.ahead = False
-        self.cancelled = False
-        self.in_batch = False
-        self.pending = None
-
-    def claim(self, use: ToolUse) -> _Call | None:
-        """The batch decision of ``use``: by identity, else the first unclaimed call with its id and name."""
-        entry = _find(self.batch, use, lambda e: not e.claimed)
-        if entry is not None:
-            entry.claimed = True
-        return entry
-
-    def settle(self, use: ToolUse) -> _Call | None:
-        """The decided call ``use`` is the outcome of, once: by identity, else by its id and name."""
-        entry = _find(self.batch, use, lambda e: e.claimed and not e.settled)
-        if entry is not None:
-            entry.settled = True
-        return entry
-
-
-def _find(batch: list[_Call], use: ToolUse, eligible: Callable[[_Call], bool]) -> _Call | None:
-    """The entry of ``use`` among the eligible ones: the very block, else (a hook replaced the block) the first
-    with its id, name and input, else the first with its id and name."""
-    for entry in batch:
-        if entry.use is use and eligible(entry):
-            return entry
-    name, identifier, arguments = use.get("name"), use.get("toolUseId"), use.get("input")
-    matches = [e for e in batch if eligible(e) and e.use.get("toolUseId") == identifier and e.use.get("name") == name]
-    exact = [e for e in matches if e.use.get("input") == arguments]
-    found = exact or matches
-    return found[0] if found else None
+        self.batch.clear()
+        self.ahead = self.cancelled = self.in_batch = self.slot.staging = False
+        self.slot.pending = None
 
 
 def _lookup(agent: Any, name: str) -> AgentTool | None:
@@ -490,15 +310,3 @@ def _lookup(agent: Any, name: str) -> AgentTool | None:
     registry = agent.tool_registry
     tool: AgentTool | None = registry.dynamic_tools.get(name)
     return tool if tool is not None else registry.registry.get(name)
-
-
-def _session_manager(agent: Any) -> Any:
-    """The agent's session manager (``Agent(session_manager=...)``), if it has one that saves agents."""
-    manager = getattr(agent, "_session_manager", None)
-    return manager if callable(getattr(manager, "sync_agent", None)) else None
-
-
-def _mark_stop(invocation_state: dict[str, Any] | None, stop: Stop) -> None:
-    """Put the stop's reason in the invocation's ``request_state`` (``AgentResult.state``)."""
-    if invocation_state is not None:
-        invocation_state.setdefault("request_state", {})[STOP_KEY] = stop.reason.value

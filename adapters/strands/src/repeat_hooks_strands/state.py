@@ -1,103 +1,118 @@
-"""Where the guard's state lives: in the agent's own ``agent.state``, as JSON text under one key.
-
-``agent.state`` is Strands' JSON key-value store of the agent; every session manager saves it with the
-agent (``FileSessionManager``, ``S3SessionManager``, the repository and snapshot managers), and restores it
-when an agent joins its session again, in this process or another. So the guard keeps no counters of its
-own: each hook reads the agent's ``GuardState`` (``GuardState.model_dump_json()`` under ``STATE_KEY``),
-applies one verb of the ``Policy`` and writes it back. JSON text rather than a nested dict: ``agent.state``
-deep-copies and re-validates every value on each write, which for a dict of a few kilobytes costs several
-times what the guard's own decision does; a string is copied for free. Strands' session managers save the
-agent each time a message is added, so the counts of a tool batch are saved with the batch's results, and
-before the batch runs (the guard asks the agent's session manager to save then).
-
-Each agent has its own state, so counts stay with the agent whose model made the calls: an agent used as a
-tool, a swarm's or a graph's nodes each count their own calls (and Strands resets a node's, or a
-``preserve_context=False`` agent tool's, state to what it was built with before each run).
-
-``stop_of(agent)`` is the one way to read afterwards how the guard stopped the agent's last turn.
-"""
+"""Where the guard's state lives: in the agent's own ``agent.state`` (JSON text under ``STATE_KEY``, saved by the
+agent's session manager), or with ``store=`` in the store under ``conversation_key``; and ``stop_of``, which reads
+how a turn was stopped from what the invocation handed back (see the README's "How it maps to Strands")."""
 
 from __future__ import annotations
 
+import warnings
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from repeat_hooks import GuardState, StateCorrupt, Stop
-from repeat_hooks.kit import load_state
+from strands.agent import AgentResult
+from strands.hooks import AgentInitializedEvent
+
+from repeat_hooks import GuardSetupError, GuardState, Stop
+from repeat_hooks.kit import GuardCore, ParsedStates, load
 
 if TYPE_CHECKING:
-    from strands.agent.state import AgentState
     from strands.types.agent import LocalAgent
 
 STATE_KEY = "repeat_hooks"
-"""The ``agent.state`` key the guard's state is kept under (JSON text: ``GuardState.model_dump_json()``; a
-dict, ``GuardState.model_dump(mode="json")``, is read too)."""
+"""The ``agent.state`` key of the guard's state (``GuardState.model_dump_json()``; a dict is read too), and the
+``AgentResult.state`` key of a stopped turn's whole ``Stop`` (``Stop.model_dump(mode="json")``)."""
+STOP_KEY = "repeat_hooks_stop"
+"""The ``AgentResult.state`` (``request_state``) key of a stopped turn's reason (``"ignored_refusals"``)."""
+TURN_KEY = "repeat_hooks_turn_id"
+"""The ``invocation_state`` key of a caller's turn id: ``agent(text, invocation_state={TURN_KEY: request_id})``."""
 
 
 def read_state(agent: LocalAgent, key: str = STATE_KEY) -> GuardState:
-    """The guard's state in ``agent.state`` (a fresh ``GuardState`` if it has none yet), a copy of its own.
-
-    Raises ``repeat_hooks.StateCorrupt`` naming the key, and saying how to recover, when the value there is
-    not a guard state (something else wrote to the key): the guard never guesses counts.
-    """
-    return _parse(agent.state.get(key), key)
+    """The guard's state in ``agent.state`` (a fresh one if none), a copy of its own. Raises
+    ``repeat_hooks.StateCorrupt`` naming the key and how to recover when the value there is no guard state."""
+    return load(agent.state.get(key), where=f"agent.state[{key!r}]")
 
 
-def write_state(agent: LocalAgent, state: GuardState, key: str = STATE_KEY) -> None:
-    """Write ``state`` into ``agent.state`` (the agent's session manager saves it with the agent)."""
-    agent.state.set(key, state.model_dump_json())
+def stop_of(
+    returned: AgentResult | LocalAgent, /, *old: str, turn_id: str | None = None, key: str = STATE_KEY
+) -> Stop | None:
+    """How the guard stopped a turn; ``None`` if it did not. ``returned``: the ``AgentResult`` an invocation
+    returned (its own turn; works with ``store=`` too), or the ``Agent`` (its latest turn, or turn ``turn_id``
+    while its stop is kept, from ``agent.state[key]``). Raises ``GuardSetupError`` for an agent whose guard keeps
+    its states in a ``store=``: read the ``AgentResult`` then."""
+    if old:
+        warnings.warn("stop_of(agent, turn_id) is deprecated: use stop_of(agent, turn_id=...)", DeprecationWarning, 2)
+        turn_id, key = old[0], old[1] if len(old) > 1 else key
+    if isinstance(returned, AgentResult):
+        whole = returned.state.get(STATE_KEY) if isinstance(returned.state, dict) else None
+        return None if whole is None else Stop.model_validate(whole)
+    guards = [
+        getattr(callback, "__self__", None)
+        for callback in returned.hooks.get_callbacks_for(AgentInitializedEvent(agent=returned))
+    ]
+    if any(
+        getattr(guard, "state_key", None) == key and getattr(getattr(guard, "core", None), "store", None)
+        for guard in guards
+    ):
+        raise GuardSetupError(
+            "stop_of(agent): this agent's guard keeps its states in store=..., not in agent.state: pass what the "
+            "invocation returned, stop_of(agent(...)), or catch RepeatGuardStopped (on_stop='raise')"
+        )
+    return read_state(returned, key).stop_of(turn_id)
 
 
-def stop_of(agent: LocalAgent, turn_id: str | None = None, key: str = STATE_KEY) -> Stop | None:
-    """How the guard stopped ``agent``'s latest turn (or turn ``turn_id``, while its stop is kept); ``None``
-    if it did not. Read it after ``agent(...)`` returns; the final message the caller got is ``stop.message``."""
-    state = read_state(agent, key)
-    if turn_id is None:
-        return state.turn.stop
-    return state.stop_of(turn_id)
+def mark_stop(invocation_state: dict[str, Any] | None, stop: Stop) -> dict[str, Any] | None:
+    """Write ``stop`` into the invocation's ``request_state`` (``AgentResult.state``): its reason under ``STOP_KEY``,
+    the whole ``Stop`` under ``STATE_KEY``; returns that ``request_state``."""
+    if invocation_state is None:
+        return None
+    request: dict[str, Any] = invocation_state.setdefault("request_state", {})
+    request[STOP_KEY] = stop.reason.value
+    request[STATE_KEY] = stop.model_dump(mode="json")
+    return request
 
 
-class ParsedStates:
-    """The states last written, parsed: reading back the state just written skips parsing it again.
-
-    An entry is used only while the agent holds the very ``AgentState`` it was written to, unchanged since
-    (Strands counts every change: ``AgentState._get_version``; a session restore, a swarm's or a graph's
-    reset puts a new ``AgentState`` in place), and at most once: ``read`` takes it out, ``write`` puts one
-    back, so a state that a hook changed and then failed to write is never read from here. ``agent.state``
-    stays the only source of truth.
-    """
-
-    def __init__(self) -> None:
-        self._entries: weakref.WeakKeyDictionary[Any, tuple[AgentState, int, GuardState]] = weakref.WeakKeyDictionary()
-
-    def read(self, agent: LocalAgent, key: str) -> GuardState:
-        """The guard's state of ``agent``, for the caller to change and then ``write``."""
-        entry = self._entries.pop(agent, None)
-        store = agent.state
-        if entry is not None and entry[0] is store and entry[1] == _version(store):
-            return entry[2]
-        return _parse(store.get(key), key)
-
-    def write(self, agent: LocalAgent, state: GuardState, key: str) -> None:
-        """``write_state``, remembering the state written."""
-        agent.state.set(key, state.model_dump_json())
-        self.keep(agent, state)
-
-    def keep(self, agent: LocalAgent, state: GuardState) -> None:
-        """Remember ``state`` as what ``agent.state`` holds now (just written, or read and left unchanged)."""
-        store = agent.state
-        version = _version(store)
-        if version is not None:
-            self._entries[agent] = (store, version, state)
+def conversation_key(core: GuardCore, agent: Any, state_key: str) -> str | None:
+    """The store key of ``agent``'s state, ``<state_key>:<conversation>/<agent_id>/<name>``: the conversation a caller
+    names (``repeat_hooks.kit.request``), else the session manager's ``session_id``; ``None`` if neither."""
+    conversation = core.conversation_id(getattr(session_manager(agent), "session_id", None))
+    return None if conversation is None else f"{state_key}:{conversation}/{agent.agent_id}/{agent.name}"
 
 
-def _version(store: AgentState) -> int | None:
-    version = getattr(store, "_get_version", None)
-    return version() if callable(version) else None
+def session_manager(agent: Any) -> Any:
+    """The agent's session manager (``Agent(session_manager=...)``), if it has one that saves agents."""
+    manager = getattr(agent, "_session_manager", None)
+    return manager if callable(getattr(manager, "sync_agent", None)) else None
 
 
-def _parse(raw: Any, key: str) -> GuardState:
-    try:
-        return load_state(raw)
-    except StateCorrupt as error:
-        raise StateCorrupt(f"repeat-hooks: agent.state[{key!r}]: {error}") from error.__cause__
+class AgentSlot:
+    """``agent.state[key]`` as the kit's ``Slot``; while ``staging`` (a tool batch in progress), a write is kept
+    here (``pending``) and read back, until the batch ends and the next write reaches ``agent.state``."""
+
+    def __init__(self, agent: Any, key: str, states: ParsedStates) -> None:
+        self.agent: Callable[[], Any] = weakref.ref(agent)
+        self.key = key
+        self.states = states
+        self.staging = False
+        self.pending: GuardState | None = None
+
+    def read(self) -> GuardState:
+        """The state: the staged one, else ``agent.state``'s (parsed once per value written)."""
+        if self.pending is not None:
+            return self.pending
+        store = self.agent().state
+        return self.states.take(store.get(self.key), where=repr(self), version=(id(store), store._get_version()))
+
+    def write(self, state: GuardState) -> None:
+        """Stage ``state`` during a batch; else write it into ``agent.state``."""
+        if self.staging:
+            self.pending = state
+            return
+        self.pending = None
+        store = self.agent().state
+        raw = state.model_dump_json()
+        store.set(self.key, raw)
+        self.states.keep(raw, state, version=(id(store), store._get_version()))
+
+    def __repr__(self) -> str:
+        return f"agent.state[{self.key!r}]"

@@ -36,10 +36,12 @@ from strands.types.interrupt import InterruptResponseContent
 from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolSpec, ToolUse
 
+from repeat_hooks.kit import request
 from repeat_hooks.kit.conformance import STOPPED, Cursor, Scenario, Tool, ToolBox, TurnOutcome
+from repeat_hooks.stores import StateStore
 
 from .guard import RepeatGuardHooks
-from .state import stop_of
+from .state import TURN_KEY, stop_of
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -253,6 +255,27 @@ class Driver:
                 )
             )
         return outcomes
+
+    def run_turn(
+        self, scenario: Scenario, box: ToolBox, *, store: StateStore, conversation_id: str, turn_id: str
+    ) -> TurnOutcome:
+        """Run ``scenario``'s first turn on a fresh agent whose guard keeps its states in ``store``, as a server
+        without a session manager serves a retried request: the conversation named by
+        ``repeat_hooks.kit.request(conversation_id=...)``, the turn by ``invocation_state={TURN_KEY: turn_id}``."""
+        cursor = Cursor(scenario)
+        cursor.start_turn(0)
+        guard = RepeatGuardHooks(scenario.policy, store=store, **self.options)
+        agent = self._agent(scenario, box, cursor, [guard], 0)
+        with request(conversation_id=conversation_id):
+            result = agent(scenario.turns[0].message, invocation_state={TURN_KEY: turn_id})
+        texts = [_text(message) for message in agent.messages if message["role"] == "assistant"]
+        return TurnOutcome(
+            final=final_text(agent),
+            stop=stop_of(result),
+            seen=tool_results(agent),
+            model_calls=cursor.step,
+            stop_messages=sum(text.startswith(STOPPED) for text in texts),
+        )
 
     def _agent(
         self, scenario: Scenario, box: ToolBox, cursor: Cursor, hooks: list[HookProvider | HookCallback[Any]], n: int

@@ -1,0 +1,93 @@
+"""SQLiteStore in one process: tasks and threads lose no counts, bounds hold, a hostile row is refused whole, a
+change that raises writes nothing, and a path that cannot hold a database fails at setup. (Several processes and a
+process killed mid-update: ``tests/deploy/test_sqlite_store.py``.)"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from repeat_hooks import GuardState, Policy, StateCorrupt, StoreUnavailable, ToolCall
+from repeat_hooks.observe import Observation, add_observer
+from repeat_hooks.stores.sqlite import SQLiteStore
+
+
+async def test_async_updates_from_many_tasks_lose_no_counts(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "states.db")
+    policy = Policy(max_calls=10**9, count="per_turn")
+    call = ToolCall("t")
+    await asyncio.gather(*(store.update("s", lambda state: policy.decide_tool_call(state, call)) for _ in range(200)))
+    state = await store.load("s")
+    assert state is not None and list(state.turn.counts.values()) == [200]
+
+
+def test_conversations_expire_and_the_least_recently_updated_go_past_the_cap(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "states.db", max_sessions=3)
+    for n in range(5):
+        store.update_now(f"c{n}", lambda state: None)
+    assert len(store) == 3 and asyncio.run(store.load("c0")) is None and asyncio.run(store.load("c4")) is not None
+    short = SQLiteStore(tmp_path / "ttl.db", ttl=0.2)
+    short.update_now("old", lambda state: None)
+    time.sleep(0.3)
+    short.update_now("new", lambda state: None)  # a new conversation sweeps the expired
+    assert asyncio.run(short.load("old")) is None and len(short) == 1
+
+
+def test_a_row_someone_else_wrote_is_refused_whole_and_nothing_is_written(tmp_path: Path) -> None:
+    path = tmp_path / "states.db"
+    store = SQLiteStore(path)
+    store.update_now("conv", lambda state: None)
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE repeat_hooks_states SET state = ? WHERE key = 'conv'", ('{"turn": "yes"}',))
+    with pytest.raises(StateCorrupt, match="delete it to start this conversation's counts afresh"):
+        store.update_now("conv", lambda state: None)
+    with pytest.raises(StateCorrupt):
+        asyncio.run(store.load("conv"))
+
+
+def test_a_change_that_raises_writes_nothing_and_reaches_the_caller(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "states.db")
+
+    def broken(state: GuardState) -> None:
+        state.turn.refusals = 7
+        raise KeyError("adapter bug")
+
+    with pytest.raises(KeyError):
+        store.update_now("conv", broken)
+    assert asyncio.run(store.load("conv")) is None
+
+
+def test_a_path_that_cannot_hold_a_database_fails_at_setup(tmp_path: Path) -> None:
+    with pytest.raises(StoreUnavailable, match="SQLiteStore"):
+        SQLiteStore(tmp_path / "no" / "such" / "folder" / "states.db")
+    with pytest.raises(ValueError, match="ttl"):
+        SQLiteStore(tmp_path / "x.db", ttl=0)
+
+
+def test_threads_lose_no_counts_and_observers_hear_each_commit_once(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "states.db")
+    policy = Policy(max_calls=10**9, count="per_turn")
+    heard: list[Observation] = []
+    remove = add_observer(heard.append)
+
+    def work(worker: int) -> None:
+        for n in range(50):
+            call = ToolCall("t", call_id=f"w{worker}-{n}")
+            store.update_now("s", lambda state, call=call: policy.decide_tool_call(state, call, turn_id="t1"))
+
+    try:
+        threads = [threading.Thread(target=work, args=(worker,)) for worker in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        remove()
+    state = asyncio.run(store.load("s"))
+    assert state is not None and list(state.turn.counts.values()) == [200]
+    assert sum(type(seen).__name__ == "ToolCallDecided" for seen in heard) == 200
