@@ -148,6 +148,7 @@ class StoredGuard:
         )
 
 
+@pytest.mark.slow  # two fresh interpreters: left out of mutation testing, which runs tests/core per mutant
 def test_a_turn_retried_after_a_crash_runs_no_write_again(tmp_path: Path) -> None:
     """The reference loop with its state in a store: the first process dies right after the order ran, the
     retry in a second process refuses it (its outcome never came) and tracks on from where the first stopped."""
@@ -157,6 +158,7 @@ def test_a_turn_retried_after_a_crash_runs_no_write_again(tmp_path: Path) -> Non
     assert outcome.seen[1].startswith("Refused: place_order with these exact arguments was already sent")
 
 
+@pytest.mark.slow  # two fresh interpreters
 def test_check_retried_catches_a_retry_that_starts_the_turn_afresh(tmp_path: Path) -> None:
     """A driver that names a new turn on the retry (every count afresh): the order runs twice, and check says so."""
     code, outcome, box = run_retried("test_conformance:ForgetfulDriver", RETRIED, tmp_path, path=[str(HERE)])

@@ -429,6 +429,7 @@ def waiting(recorder: DigestRecorder) -> int:
     return sum(len(orders) for orders in recorder._pending.values())
 
 
+@pytest.mark.slow  # 20,000 decisions traced: left out of mutation testing
 def test_calls_waiting_for_an_outcome_are_bounded_per_call_and_in_all(tmp_path: Path) -> None:
     guard = StopRepeatedCalls(policy=Policy(exempt={"ping"}))
     with DigestRecorder(tmp_path, max_bytes=None) as recorder, scope(conversation_id="pings"):
