@@ -223,7 +223,7 @@ class Policy(WholeModel):
         """
         if turn_id is None:
             state.start(None)
-            _told(state, TurnStarted(_where(state.turn)))
+            _told(state, TurnStarted(_position(state.turn)))
         else:
             _turn_of(state, turn_id)
 
@@ -291,7 +291,7 @@ class Policy(WholeModel):
         if found is False:
             return
         self._record(turn, call, ok, result, found)
-        _told(state, ToolResultRecorded(_where(turn), call, ok, result))
+        _told(state, ToolResultRecorded(_position(turn), call, ok, result))
 
     def record_rejection(self, state: GuardState, call: ToolCall, *, turn_id: str | None = None) -> None:
         """A call decided to run did not run after all (a human or another guardrail rejected it): it waits for
@@ -347,10 +347,10 @@ class Policy(WholeModel):
                 stop = Stop(message=render(template, tool, value, limit), reason=reason)
                 turn.stop = stop
                 event = self._event(state, "stop", reason, tool, value, limit, message=stop.message)
-                _told(state, ModelCallDecided(_where(turn), stop, event))
+                _told(state, ModelCallDecided(_position(turn), stop, event))
                 return stop
         state.next_response()
-        _told(state, ModelCallDecided(_where(turn), None, None))
+        _told(state, ModelCallDecided(_position(turn), None, None))
         return None
 
     def record_model_call(
@@ -376,7 +376,7 @@ class Policy(WholeModel):
         seconds, cost_usd = _as_figure(seconds, "seconds"), _as_figure(cost_usd, "cost_usd")
         turn.model_seconds = min(turn.model_seconds + seconds, _LARGEST)
         turn.cost_usd = min(turn.cost_usd + cost_usd, _LARGEST)
-        _told(state, ModelCallRecorded(_where(turn), seconds, cost_usd))
+        _told(state, ModelCallRecorded(_position(turn), seconds, cost_usd))
 
     # -- how a call is decided ----------------------------------------------------------------------
 
@@ -393,7 +393,7 @@ class Policy(WholeModel):
             calls = max(turn.model_calls, 1)  # no model call yet: both figures are 0
             seconds, cost = turn.model_seconds / calls, turn.cost_usd / calls
             stopped = None if turn.stop is None else turn.stop.reason
-            decided = ToolCallDecided(_where(turn), given, self._key(call), refusal, event, seconds, cost, stopped)
+            decided = ToolCallDecided(_position(turn), given, self._key(call), refusal, event, seconds, cost, stopped)
             state.news.append(decided)
         return refusal
 
@@ -561,7 +561,7 @@ def _turn_of(state: GuardState, turn_id: Any) -> Turn:
         if turn_id != turn.id:
             state.start(turn_id)
             turn = state.turn
-            _told(state, TurnStarted(_where(turn)))
+            _told(state, TurnStarted(_position(turn)))
     return turn
 
 
@@ -572,7 +572,7 @@ def _told(state: GuardState, observation: Any) -> None:
         news.append(observation)
 
 
-def _where(turn: Turn) -> Where:
+def _position(turn: Turn) -> Where:
     return Where(turn.id, turn.number, turn.responses)
 
 
