@@ -98,13 +98,14 @@ def count_progress(policy: Policy, turn: Turn, call: ToolCall, key: str, limit: 
         turn.marks[key] = Mark(changes=turn.changes, outcome=None, ok=None)
         return number > limit, RefusalKind.REPEAT, number
     restart = mark.changes != turn.changes
+    if not restart and mark.ok is not False and writes_once(policy, call):
+        # It succeeded, or it was let through and no outcome came (it runs in this very batch, or its process died
+        # before telling): either way it may have happened, and another would do it twice. Not counted: it does not
+        # run, so a later "failed N times" counts only the runs.
+        return True, RefusalKind.DUPLICATE_WRITE if mark.ok else RefusalKind.UNKNOWN_WRITE, turn.counts.get(key, 0)
     number = count(policy, turn, key, restart)
     if restart:  # something changed since: its count, and its runs with no stable result, start again
         mark = turn.marks[key] = mark._replace(changes=turn.changes, opaque=0)
-    elif mark.ok is not False and writes_once(policy, call):
-        # It succeeded, or it was let through and no outcome came (it runs in this very batch, or its process died
-        # before telling): either way it may have happened, and another would do it twice.
-        return True, RefusalKind.DUPLICATE_WRITE if mark.ok else RefusalKind.UNKNOWN_WRITE, number
     if policy.max_opaque_runs is not None and mark.opaque >= policy.max_opaque_runs:
         return True, RefusalKind.OPAQUE, mark.opaque
     if number > limit:

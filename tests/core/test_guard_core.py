@@ -22,7 +22,7 @@ from repeat_hooks import (
     StoreUnavailable,
     ToolCall,
 )
-from repeat_hooks.kit import GuardCore, current_request, hints, request, tool_call
+from repeat_hooks.kit import GuardCore, Request, current_request, hints, request, tool_call
 from repeat_hooks.kit.states import ParsedStates
 from repeat_hooks.observe import Observation, Outage, ToolCallDecided, add_observer, current_scope, scope
 from repeat_hooks.stop_rules import Feed
@@ -73,6 +73,8 @@ def test_the_common_keywords_are_checked_once_with_the_right_spelling() -> None:
         GuardCore(owner="Guard", on_stop="output")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"Guard\(fail=\.\.\.\) is 'open' or 'closed', not True"):
         GuardCore(owner="Guard", fail=True)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"Guard\(check_tools=\.\.\.\) is True or False, not 'no'"):
+        GuardCore(owner="Guard", check_tools="no")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"is_failure=\.\.\.\) takes a function"):
         GuardCore(owner="Guard", is_failure="error")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"store=\.\.\.\) takes a repeat_hooks StateStore .* not dict"):
@@ -101,18 +103,22 @@ def test_a_clock_the_sdk_cannot_feed_is_refused_and_its_budget_too() -> None:
         GuardCore(Policy(max_cost_usd=1.0), owner="Guard", how=how)
 
 
-def test_is_failure_reads_what_the_model_reads_and_a_broken_one_counts_a_failure(
+def test_is_failure_reads_what_the_model_reads_and_a_broken_one_leaves_the_sdks_word(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     core = GuardCore(owner="Guard", is_failure=lambda view: "ERROR" in str(view))
     assert core.ok(True, "fine") and not core.ok(True, "ERROR: no such parcel") and not core.ok(False, "fine")
 
-    def broken(view: Any) -> bool:
-        raise RuntimeError("oops")
+    def for_dicts(view: Any) -> bool:
+        return bool(view.get("status") == "error")  # written for a dict; this SDK hands the model text
 
+    broken = GuardCore(owner="Guard", is_failure=for_dicts)
     with caplog.at_level(logging.ERROR, logger="repeat_hooks"):
-        assert GuardCore(owner="Guard", is_failure=broken).ok(True, "fine") is False
-    assert "is_failure raised" in caplog.text
+        assert broken.ok(True, '{"status": "ok"}') is True  # a success stays one: no false "errors in a row"
+        assert broken.ok(True, '{"status": "ok"}') is True
+        assert broken.ok(False, '{"status": "ok"}') is False
+    assert "is_failure raised AttributeError" in caplog.text and "on a str result" in caplog.text
+    assert caplog.text.count("Traceback") == 1  # the trace once, a line a call after
 
 
 async def test_a_store_key_is_decided_and_committed_then_observed(heard: list[Observation]) -> None:
@@ -123,6 +129,37 @@ async def test_a_store_key_is_decided_and_committed_then_observed(heard: list[Ob
     assert refusal is not None and refusal.reason is RefusalKind.REPEAT
     assert [type(seen).__name__ for seen in heard] == ["ToolCallDecided"] * 3
     assert core.update_now("c1", lambda state: core.policy.decide_tool_call(state, CALL), outage=None) is not None
+
+
+class DictStore:
+    """A user's store written to the bare ``StateStore`` protocol: it commits, and tells no observer."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, str] = {}
+        self.committed: list[str] = []  # what was in the row when an observer heard
+
+    async def update(self, key: str, change: Any) -> Any:
+        state = GuardState.model_validate_json(self.rows[key]) if key in self.rows else GuardState()
+        result = change(state)
+        self.rows[key] = state.model_dump_json()
+        return result
+
+    async def load(self, key: str) -> GuardState | None:
+        return GuardState.model_validate_json(self.rows[key]) if key in self.rows else None
+
+
+async def test_a_store_that_tells_nobody_is_heard_through_the_core_after_it_committed() -> None:
+    store = DictStore()
+    core = GuardCore(Policy(max_calls=1), owner="Guard", store=store)  # type: ignore[arg-type]
+    heard: list[tuple[str, bool]] = []
+    remove = add_observer(lambda seen: heard.append((type(seen).__name__, "c1" in store.rows)))
+    try:
+        await core.update("c1", lambda state: core.policy.decide_tool_call(state, CALL), outage=None)
+        refusal = core.update_now("c1", lambda state: core.policy.decide_tool_call(state, CALL), outage=None)
+    finally:
+        remove()
+    assert refusal is not None and refusal.reason is RefusalKind.REPEAT
+    assert heard == [("ToolCallDecided", True)] * 2  # once each, and only once the row was written
 
 
 async def test_an_outage_fails_open_or_closed_and_is_logged_and_observed(
@@ -223,6 +260,8 @@ def test_a_request_names_the_conversation_and_turn_over_the_sdks_own() -> None:
         assert given == current_request()
         assert (core.conversation_id("sdk-session"), core.turn_id("sdk-turn")) == ("conv-9", "req-1")
     assert current_request().turn_id is None
+    with request(turn_id="req-2"), request(conversation_id="conv-10"):  # an inner block keeps the outer's turn
+        assert current_request() == Request("conv-10", "req-2")
 
 
 def test_hints_are_only_what_annotations_say_explicitly() -> None:

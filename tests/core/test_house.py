@@ -140,6 +140,24 @@ def test_the_renamed_verb_and_fields_still_work_with_a_warning() -> None:
     assert refusal.reason is RefusalKind.CYCLE  # a refusal saved by 0.2
 
 
+def test_02_code_comparing_a_refusals_reason_with_repeated_call_still_finds_every_refusal() -> None:
+    """0.2: ``refusal.reason`` was ``StopReason.REPEATED_CALL`` whatever the rule; 0.3: the rule's ``RefusalKind``.
+    Old comparisons keep their meaning for one release, with a warning naming the new spelling."""
+    from repeat_hooks import RefusalKind, StopReason, StopRepeatedCalls, ToolCall
+
+    guard = StopRepeatedCalls(max_calls=1)
+    guard.pre_agent_turn()
+    guard.pre_tool_call(ToolCall("track", {"id": 1}))
+    refusal = guard.pre_tool_call(ToolCall("track", {"id": 1}))
+    assert refusal is not None
+    with pytest.deprecated_call(match="StopReason.REPEATED_CALL is deprecated: use a RefusalKind"):
+        assert refusal.reason == StopReason.REPEATED_CALL
+    with pytest.deprecated_call(match="use a RefusalKind"):
+        assert not StopReason.REPEATED_CALL != RefusalKind.CYCLE
+    assert refusal.reason == RefusalKind.REPEAT and refusal.reason != RefusalKind.CYCLE and refusal.reason == "repeat"
+    assert StopReason.COST == "cost" and StopReason.COST != StopReason.TIME  # stops compare as before
+
+
 def test_each_hook_point_is_a_method_of_the_hook_and_the_other_way_round() -> None:
     from repeat_hooks import StopRepeatedCalls
     from repeat_hooks.stop_rules import HookPoint

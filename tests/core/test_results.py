@@ -175,6 +175,21 @@ def test_a_write_whose_outcome_never_came_is_not_sent_again() -> None:
     assert failed.pre_tool_call(twice[1]) is None  # it failed: trying again is no double write
 
 
+def test_a_write_refused_as_sent_twice_does_not_count_as_a_run() -> None:
+    """The same order twice in one response (the second refused), the first fails: the retry is a second run,
+    not a third, so it is let through under the default limit, and no text says it failed twice."""
+    guard = StopRepeatedCalls(destructive={"place_order"})  # max_calls=2
+    first, second = [ToolCall("place_order", {"sku": "box"}, call_id=f"c{n}") for n in range(2)]
+    assert guard.pre_tool_calls([first, second])[1] is not None
+    guard.post_tool_call(first, ok=False, result="card declined")
+    guard.pre_llm_call()
+    assert guard.pre_tool_call(ToolCall("place_order", {"sku": "box"}, call_id="c2")) is None
+    guard.post_tool_call(ToolCall("place_order", {"sku": "box"}, call_id="c2"), ok=False, result="card declined")
+    guard.pre_llm_call()
+    third = guard.pre_tool_call(ToolCall("place_order", {"sku": "box"}, call_id="c3"))
+    assert third is not None and third.reason is RefusalKind.FAILURE and "2 times" in third.message
+
+
 def test_a_change_in_between_allows_the_write_again() -> None:
     # The shell trap: the same command after each edit is legitimate.
     guard = StopRepeatedCalls()

@@ -67,6 +67,8 @@ def test_a_path_that_cannot_hold_a_database_fails_at_setup(tmp_path: Path) -> No
         SQLiteStore(tmp_path / "no" / "such" / "folder" / "states.db")
     with pytest.raises(ValueError, match="ttl"):
         SQLiteStore(tmp_path / "x.db", ttl=0)
+    with pytest.raises(ValueError, match=r"timeout=\.\.\.\) must be seconds >= 0"):
+        SQLiteStore(tmp_path / "x.db", timeout=-1)
 
 
 def test_threads_lose_no_counts_and_observers_hear_each_commit_once(tmp_path: Path) -> None:

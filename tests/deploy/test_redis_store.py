@@ -575,6 +575,37 @@ async def test_a_client_passed_in_works_with_decoded_responses_and_stays_open(re
     assert list(state.turn.counts.values()) == [6]
 
 
+async def test_one_store_serves_async_and_sync_hooks_each_on_its_own_loop(redis_server: RedisServer) -> None:
+    """A sync hook's calls run on the guard's own event loop, an async hook's on the application's: a store from
+    ``from_url`` has a client for each, so one guard counts both paths together; a given client refuses the
+    second live loop loudly, naming the way out."""
+    from repeat_hooks.kit import GuardCore
+
+    store = new_store(redis_server.url)
+    core = GuardCore(Policy(max_calls=3), owner="Guard", store=store)
+    call = ToolCall("track", {"id": "FR-1"})
+
+    def decide(state: GuardState) -> Refusal | None:
+        return core.policy.decide_tool_call(state, call)
+
+    decisions = [await core.update("s", decide, outage=core.refused)]
+    decisions.append(await asyncio.to_thread(core.update_now, "s", decide, outage=core.refused))  # the guard's loop
+    decisions.append(await core.update("s", decide, outage=core.refused))
+    decisions.append(await asyncio.to_thread(core.update_now, "s", decide, outage=core.refused))
+    await store.aclose()
+    assert [decision is None for decision in decisions] == [True, True, True, False]  # one count: 4 > 3
+
+    client = Redis.from_url(redis_server.url)
+    given = RedisStore(client, prefix=f"test-{uuid.uuid4().hex[:8]}:")
+    closed = GuardCore(owner="Guard", store=given, fail="closed")
+    try:
+        assert await closed.update("s", decide, outage=closed.refused) is None
+        with pytest.raises(GuardSetupError, match=r"RedisStore\.from_url"):
+            await asyncio.to_thread(closed.update_now, "s", decide, outage=closed.refused)
+    finally:
+        await client.aclose()
+
+
 async def test_state_expires_after_its_ttl(redis_server: RedisServer) -> None:
     policy = Policy(max_calls=1)
     call = ToolCall("a")

@@ -122,3 +122,8 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(home[0]), home[1])
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    """Every name of the kit (so ``help(repeat_hooks.kit)`` and completion show them, loading their modules)."""
+    return sorted({*globals(), *__all__})

@@ -106,8 +106,10 @@ def request(*, conversation_id: str | None = None, turn_id: str | None = None) -
     """Within the block, the agent's runs serve conversation ``conversation_id`` and turn ``turn_id``: give the id
     of the request the user may retry (an idempotency key) as the turn id, and a retried request, in any process
     sharing the guard's store, continues that turn and its counts instead of starting one afresh. Every adapter
-    reads it where its SDK names neither (see each adapter's README for its own spelling)."""
-    token = _REQUEST.set(Request(conversation_id, turn_id))
+    reads it where its SDK names neither (see each adapter's README for its own spelling). A block inside another
+    keeps what it does not name itself (``request(turn_id=...)`` inside ``request(conversation_id=...)``)."""
+    outer = current_request()
+    token = _REQUEST.set(Request(_text(conversation_id) or outer.conversation_id, _text(turn_id) or outer.turn_id))
     try:
         yield _REQUEST.get() or _NO_REQUEST
     finally:
@@ -164,6 +166,8 @@ class GuardCore:
         check_budgets(self.policy, owner=owner, cost=cost, clock=clock, feeds=feeds, why=why, how=how, error=error)
         _check_choice(owner, "on_stop", on_stop, ("reply", "raise"))
         _check_choice(owner, "fail", fail, ("open", "closed"))
+        if type(check_tools) is not bool:
+            raise TypeError(f"{owner}(check_tools=...) is True or False, not {check_tools!r}")
         if is_failure is not None and not callable(is_failure):
             raise TypeError(
                 f"{owner}(is_failure=...) takes a function of what the model reads of a result, returning True for a "
@@ -190,6 +194,7 @@ class GuardCore:
         self.records_model_calls = HookPoint.POST_LLM_CALL in points
         """The policy needs each model call counted (``post_llm_call``)."""
         self._checked: set[frozenset[str]] = set()
+        self._is_failure_broke = False
         self._outages: OrderedDict[str, tuple[str | None, Stop]] = OrderedDict()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
@@ -198,14 +203,25 @@ class GuardCore:
 
     def ok(self, succeeded: bool, view: Any) -> bool:
         """Whether a call succeeded: the SDK says so and ``is_failure`` (of ``view``, what the model reads) does
-        not say otherwise. An ``is_failure`` that raises counts the call as failed, and is logged."""
+        not say otherwise. An ``is_failure`` that raises (written for another shape of result, say) leaves the
+        SDK's word standing: a success is no failure, so a broken check never ends a turn for "errors in a row".
+        Logged with its traceback the first time, in one line after."""
         if not succeeded or self.is_failure is None:
             return succeeded
         try:
             return not self.is_failure(view)
-        except Exception:
-            logger.exception("repeat_hooks: %s's is_failure raised: the call counts as failed", self.owner)
-            return False
+        except Exception as error:
+            first, self._is_failure_broke = not self._is_failure_broke, True
+            logger.error(
+                "repeat_hooks: %s's is_failure raised %s: %s on a %s result; the call counts as the SDK says "
+                "(succeeded)",
+                self.owner,
+                type(error).__name__,
+                error,
+                type(view).__name__,
+                exc_info=error if first else None,
+            )
+            return True
 
     def cost_of(self, usage: Any) -> float:
         """The US dollars of one model response's ``usage`` (0 without a ``cost``)."""
@@ -273,14 +289,16 @@ class GuardCore:
         if isinstance(where, str):
             if self.store is None:
                 raise self.error(f"{self.owner}: no store= to keep conversation {where!r} in")
+            raising = _Raising(change)
             try:
-                result: T = await self.store.update(where, _Raising(change))
+                result: T = await self.store.update(where, raising)
             except _Raised as raised:
                 raise raised.error from None
             except GuardSetupError:
                 raise
             except Exception as failure:
                 return self._outage(where, failure, outage)
+            raising.tell()
             if self._outages:
                 self._outages.pop(where, None)
             return result
@@ -295,14 +313,16 @@ class GuardCore:
         direct = getattr(store, "update_now", None)
         if store is None or not callable(direct):
             return self._wait(self.update(where, change, outage=outage))
+        raising = _Raising(change)
         try:
-            result: T = direct(where, _Raising(change))
+            result: T = direct(where, raising)
         except _Raised as raised:
             raise raised.error from None
         except GuardSetupError:
             raise
         except Exception as failure:
             return self._outage(where, failure, outage)
+        raising.tell()
         if self._outages:
             self._outages.pop(where, None)
         return result
@@ -330,16 +350,16 @@ class GuardCore:
     def _outage(self, where: str, failure: Exception, outage: T) -> T:
         """The state under ``where`` could not be reached: log it (with the conversation), tell the observers,
         and decide as ``fail`` says (``outage``)."""
-        scope = observe.current_scope()
+        conversation = observe.current_scope().conversation_id or current_request().conversation_id
         logger.error(
-            "repeat_hooks: %s could not reach the state of %s (conversation %s): %s: %s; failing %s",
+            "repeat_hooks: %s could not reach the state of %s%s: %s: %s; failing %s",
             self.owner,
             where,
-            scope.conversation_id,
+            "" if conversation is None else f" (conversation {conversation})",
             type(failure).__name__,
             failure,
             self.fail,
-            exc_info=failure,
+            exc_info=failure if logger.isEnabledFor(logging.DEBUG) else None,  # one line a call; the trace at DEBUG
         )
         if observe.OBSERVERS:
             observe.tell(Outage(where, f"{type(failure).__name__}: {failure}"[:500], self.fail))
@@ -381,18 +401,33 @@ class _Raised(Exception):
 
 
 class _Raising:
-    """``change``, its own errors wrapped in ``_Raised`` (a store may run it more than once: it stays the same)."""
+    """``change``, its own errors wrapped in ``_Raised`` (a store may run it more than once: it stays the same).
 
-    __slots__ = ("change",)
+    A store of ours listens to the state it hands ``change`` and tells the observers after its commit. A store
+    that does not (one written to the bare ``StateStore`` protocol) hands over a state that is not listening:
+    then this listens itself, and ``tell`` hands the observations of the last run on (the one the store kept)
+    once the store's update has returned, i.e. committed."""
+
+    __slots__ = ("change", "unheard")
 
     def __init__(self, change: Callable[[GuardState], Any]) -> None:
         self.change = change
+        self.unheard: GuardState | None = None
 
     def __call__(self, state: GuardState) -> Any:
+        self.unheard = None
+        if observe.OBSERVERS and state.news is None:
+            state.listen()
+            self.unheard = state
         try:
             return self.change(state)
         except Exception as error:
             raise _Raised(error) from error
+
+    def tell(self) -> None:
+        """After the store committed: the observations its own store did not hand on, if any."""
+        if self.unheard is not None:
+            observe.tell_all(self.unheard.heard())
 
 
 def _check_choice(owner: str, name: str, value: object, choices: tuple[str, ...]) -> None:

@@ -1,5 +1,8 @@
 """Where a conversation's ``GuardState`` lives when it cannot live on the hook: the ``StateStore`` seam, and the
-stores: ``MemoryStore`` (one process, here), ``repeat_hooks.stores.redis.RedisStore`` (many processes and hosts).
+stores: ``MemoryStore`` (one process, here), ``SQLiteStore`` (the processes of one host, in a file) and
+``RedisStore`` (many processes and hosts, Redis Cluster too; needs ``pip install 'repeat-hooks[redis]'``). The
+last two are imported when first asked for (``from repeat_hooks.stores import SQLiteStore``), so that importing
+the seam loads neither ``sqlite3`` nor redis-py.
 
 A store does one thing: an atomic read-modify-write of one session's state, by key. Adapters call the
 policy's rules inside ``update``, so two hook calls of one session never interleave their counts,
@@ -13,14 +16,21 @@ update of a session whose state holds a digest, and writes nothing.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ..errors import StateCorrupt, StoreContention, StoreUnavailable
 from ..state import GuardState
 from .memory import MemoryStore
 
+if TYPE_CHECKING:
+    from .redis import RedisStore as RedisStore
+    from .sqlite import SQLiteStore as SQLiteStore
+
 __all__ = ["MemoryStore", "StateCorrupt", "StateStore", "StoreContention", "StoreUnavailable"]
+
+_LAZY = {"SQLiteStore": "repeat_hooks.stores.sqlite", "RedisStore": "repeat_hooks.stores.redis"}
 
 T = TypeVar("T")
 
@@ -46,3 +56,13 @@ class StateStore(Protocol):
     async def load(self, key: str) -> GuardState | None:
         """The state under ``key``, or ``None``: for reading, never for deciding."""
         ...
+
+
+def __getattr__(name: str) -> Any:
+    """``SQLiteStore`` and ``RedisStore``, from their modules, the first time they are asked for."""
+    home = _LAZY.get(name)
+    if home is None:
+        raise AttributeError(f"module 'repeat_hooks.stores' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

@@ -32,7 +32,9 @@ class MemoryStore:
         self._lock = threading.Lock()
 
     async def update(self, key: str, change: Callable[[GuardState], T]) -> T:
-        """See ``StateStore.update``. Runs ``change`` once, under a lock, on the stored state itself."""
+        """See ``StateStore.update``. Runs ``change`` once, under a lock, on the stored state itself: with no copy
+        to throw away, a ``change`` that raises part way keeps what it changed before (the policy's verbs check
+        their input before they change anything; its observations are dropped)."""
         return self.update_now(key, change)
 
     def update_now(self, key: str, change: Callable[[GuardState], T]) -> T:

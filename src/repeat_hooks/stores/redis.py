@@ -38,6 +38,7 @@ import asyncio
 import hashlib
 import random
 import secrets
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -55,7 +56,7 @@ except ImportError as error:  # pragma: no cover - exercised in a subprocess by 
 
 
 from .. import observe
-from ..errors import StateCorrupt, StoreContention, StoreUnavailable
+from ..errors import GuardSetupError, StateCorrupt, StoreContention, StoreUnavailable
 from ..observation import Observation
 from ..state import GuardState, load_state
 
@@ -122,7 +123,10 @@ class RedisStore:
 
     Build it from a client (``RedisStore(redis.asyncio.Redis(...))``) or a URL (``RedisStore.from_url``).
     The client's own timeouts and retries apply; ``from_url`` sets short ones so that a dead Redis fails
-    fast. Use one store per event loop (as with the redis-py client it wraps).
+    fast. A redis-py asyncio client works on the event loop it first ran on only: a store built by
+    ``from_url`` makes a client per event loop (so one store serves an adapter's async hooks on the
+    application's loop and its sync hooks on the guard's own); a store given a client refuses, with a
+    ``GuardSetupError``, to use it on a second loop.
 
     Args:
         client: a ``redis.asyncio.Redis``; either ``decode_responses`` setting works.
@@ -155,7 +159,13 @@ class RedisStore:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         if cache_size < 0:
             raise ValueError(f"cache_size must be 0 or more, got {cache_size}")
-        self.client = client
+        self._client = client
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Redis] = weakref.WeakKeyDictionary()
+        """The client of each event loop that used this store (the given client: the first loop only)."""
+        self._make: Callable[[], Redis] | None = None
+        """``from_url``: makes the client of another event loop."""
+        self._first: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        """The loop the first client runs on."""
         self.prefix = prefix
         self.ttl = ttl
         self.max_attempts = max_attempts
@@ -207,7 +217,39 @@ class RedisStore:
         client = Redis.from_url(url, **options)
         store = cls(client, prefix=prefix, ttl=ttl, max_attempts=max_attempts, max_wait=max_wait, cache_size=cache_size)
         store._owns_client = True
+        store._make = lambda: Redis.from_url(url, **options)
         return store
+
+    @property
+    def client(self) -> Redis:
+        """The redis-py client of the running event loop: the one given (or ``from_url``'s first) on the first loop
+        that uses the store, then with ``from_url`` a new one per loop (a given client moves on to a new loop
+        only once its first loop is closed); outside any loop, the first one.
+
+        Raises:
+            GuardSetupError: a given client, on a second event loop.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return self._client
+        client = self._clients.get(loop)
+        if client is not None:
+            return client
+        first = None if self._first is None else self._first()
+        if self._first is None or (self._make is None and (first is None or first.is_closed())):
+            client = self._client  # its first loop, or (a given client) the next once the first is gone
+            self._first = weakref.ref(loop)
+        elif self._make is not None:
+            client = self._make()
+        else:
+            raise GuardSetupError(
+                "this RedisStore's client already runs on another event loop, and a redis.asyncio client works on "
+                "one loop only (a sync hook's calls run on the guard's own loop): build the store with "
+                "RedisStore.from_url(...), which makes a client per loop, or give each loop a store of its own"
+            )
+        self._clients[loop] = client
+        return client
 
     async def update(self, key: str, change: Callable[[GuardState], T]) -> T:
         """Apply ``change`` to the state under ``key`` (a new ``GuardState`` if none), save it, return its result.
@@ -255,7 +297,7 @@ class RedisStore:
     async def aclose(self) -> None:
         """Close the client if ``from_url`` made it (a client passed in is the caller's to close)."""
         if self._owns_client:
-            await self.client.aclose()
+            await self.client.aclose()  # this loop's; another loop's client goes with its loop
 
     async def __aenter__(self) -> RedisStore:
         return self

@@ -56,6 +56,10 @@ class SQLiteStore:
             raise ValueError(f"SQLiteStore(ttl=...) must be seconds > 0 or None, got {ttl!r}")
         if max_sessions < 1:
             raise ValueError(f"SQLiteStore(max_sessions=...) must be at least 1, got {max_sessions}")
+        if not timeout >= 0:
+            raise ValueError(
+                f"SQLiteStore(timeout=...) must be seconds >= 0 (how long to wait for a lock), got {timeout!r}"
+            )
         self.path = Path(path)
         self.ttl = ttl
         self.max_sessions = max_sessions
