@@ -595,3 +595,88 @@ def test_per_turn_counting_ignores_results() -> None:
         assert policy.decide_tool_call(state, SEARCH) is None
         policy.record_tool_result(state, SEARCH, result=f"{n} hammocks")  # new every time: no matter
     assert policy.decide_tool_call(state, SEARCH) is not None
+
+
+def test_an_exempt_call_or_a_refused_one_is_rejected_without_a_mark() -> None:
+    from repeat_hooks import Policy
+
+    policy, state = Policy(max_calls=1, exempt={"sleep"}), GuardState()
+    sleep = ToolCall("sleep", {"s": 1}, call_id="s1")
+    assert policy.decide_tool_call(state, sleep) is None
+    policy.record_rejection(state, sleep)
+    assert state.turn.marks == {}  # exempt: never counted, never marked
+    track = ToolCall("track", {"n": 1}, call_id="t1")
+    assert policy.decide_tool_call(state, track) is None
+    policy.record_tool_result(state, track, ok=True, result="in transit")
+    assert policy.decide_tool_call(state, ToolCall("track", {"n": 1}, call_id="t2")) is not None  # refused
+    (key,) = state.turn.counts
+    before = state.turn.marks[key]
+    policy.record_rejection(state, ToolCall("track", {"n": 1}, call_id="t2"))  # it never ran: nothing to reject
+    assert state.turn.marks[key] == before
+
+
+def test_a_rejection_keeps_what_its_call_had_seen_changed_and_unreadable() -> None:
+    from repeat_hooks import Policy
+
+    policy, state = Policy(max_calls=3), GuardState()
+    track = ToolCall("track", {"n": 1})
+    assert policy.decide_tool_call(state, track) is None
+    policy.record_tool_result(state, track, ok=True, result=object())  # a result with no stable form: opaque
+    (key,) = state.turn.counts
+    seen = state.turn.marks[key]
+    assert seen.opaque == 1
+    assert policy.decide_tool_call(state, track) is None
+    policy.record_rejection(state, track)
+    rejected = state.turn.marks[key]
+    assert (rejected.changes, rejected.opaque, rejected.ok, rejected.outcome) == (seen.changes, 1, False, "-")
+
+
+def test_a_rejection_is_recorded_in_the_turn_it_names() -> None:
+    guard = StopRepeatedCalls(max_calls=1)
+    guard.pre_agent_turn(turn_id="t1")
+    call = ToolCall("refund", {"order": 1}, call_id="r1")
+    assert guard.pre_tool_call(call) is None
+    guard.post_tool_rejected(call, turn_id="t1")
+    assert guard.state.turn.id == "t1" and next(iter(guard.state.turn.marks.values())).outcome == "-"
+    guard.post_tool_rejected(call, turn_id="t2")  # another turn: it starts, and holds nothing of t1
+    assert guard.state.turn.id == "t2" and guard.state.turn.marks == {}
+
+
+def test_the_old_withdraw_verb_names_the_callers_line_and_keeps_the_turn() -> None:
+    from repeat_hooks import Policy
+
+    policy, state = Policy(), GuardState()
+    call = ToolCall("refund", {"order": 1}, call_id="r1")
+    policy.decide_tool_call(state, call, turn_id="t1")
+    with pytest.warns(DeprecationWarning) as seen:
+        policy.withdraw_tool_call(state, call, turn_id="t1")
+    assert seen[0].filename == __file__ and state.turn.id == "t1"
+    assert next(iter(state.turn.marks.values())).outcome == "-"
+
+
+def test_a_batch_decision_is_found_among_other_calls_sharing_its_id() -> None:
+    """One id used for three different calls of one response: each per-call hook finds its own decision,
+    whatever order the deliveries of the others were kept in."""
+    guard = StopRepeatedCalls(max_calls=1)
+    guard.pre_agent_turn()
+    assert guard.pre_tool_call(ToolCall("track", {"n": 1}, call_id="x")) is None
+    guard.pre_llm_call()
+    batch = [
+        ToolCall("track", {"n": 2}, call_id="x"),
+        ToolCall("ship", {}, call_id="x"),
+        ToolCall("track", {"n": 1}, call_id="x"),
+    ]
+    decided = guard.pre_tool_calls(batch)
+    assert [refusal is None for refusal in decided] == [True, True, False]
+    again = [guard.pre_tool_call(call) for call in reversed(batch)]  # the per-call hooks, in another order
+    assert [refusal is None for refusal in again] == [False, True, True]
+    assert again[0] is not None and again[0].message == decided[2].message  # the same refusal, not a new count
+
+
+def test_an_odd_delivery_id_deduplicates_as_its_text() -> None:
+    guard = StopRepeatedCalls(max_errors_in_a_row=2)
+    guard.pre_agent_turn()
+    call = ToolCall("track", {"n": 1})
+    for delivery in ("é-1", "é-1", "d" * 1001, "d" * 1001, 7, 7):
+        guard.post_tool_call(call, ok=False, result="down", delivery_id=delivery)  # type: ignore[arg-type]
+    assert guard.state.turn.errors_in_a_row == 3  # each delivered twice, counted once

@@ -17,7 +17,9 @@ from repeat_hooks import (
     GuardState,
     MemoryStore,
     Policy,
+    Refusal,
     RefusalKind,
+    Stop,
     StopReason,
     StoreUnavailable,
     ToolCall,
@@ -276,6 +278,20 @@ def test_hints_are_only_what_annotations_say_explicitly() -> None:
     call = tool_call("Read", {"path": "a"}, call_id="", annotations={"idempotentHint": True}, read_only=True)
     assert (call.call_id, call.read_only, call.idempotent, call.destructive) == (None, True, True, None)
     assert tool_call("Read", annotations={"readOnlyHint": False}, read_only=True).read_only is False
+    named = tool_call("track", {"id": 7}, call_id="c3")
+    assert (named.name, named.arguments, named.call_id) == ("track", {"id": 7}, "c3")
+
+    class Hostile:
+        @property
+        def readOnlyHint(self) -> bool:
+            raise RuntimeError("no")
+
+        destructiveHint = True
+
+    class Partial:  # only the last hint set: each is read, whatever came before
+        idempotentHint = True
+
+    assert hints(Hostile()) == {"destructive": True} and hints(Partial()) == {"idempotent": True}
 
 
 def test_parsed_states_are_used_once_by_the_identity_of_what_was_written() -> None:
@@ -374,3 +390,341 @@ def test_a_stop_wrapped_by_an_sdk_is_found_in_the_chain_and_empty_stores_are_sto
         assert GuardStopped.of(wrapped) == stop
     assert GuardStopped.of(ValueError("other")) is None and GuardStopped.of(None) is None
     assert bool(MemoryStore()) and bool(SQLiteStore(tmp_path / "s.db"))  # `store or default` keeps an empty one
+
+
+def test_a_batch_find_reads_a_decision_without_taking_it() -> None:
+    from repeat_hooks.kit import Batch
+
+    batch = Batch()
+    first, second = batch.decided(
+        [ToolCall("track", {"n": 1}, call_id="c1"), ToolCall("track", {"n": 2})], [None, None]
+    )
+    assert batch.find("track", "c1") is first and batch.find("track", "c1") is first  # read, not taken
+    assert batch.claim("track", "c1") is first and batch.find("track", "c1") is first  # claimed: still found
+    assert batch.find("track", None, {"n": 2}) is second and batch.find("track", "", {"n": 2}) is second
+    assert batch.find("track", "c1", {"n": 9}) is first  # no exact arguments: the first of the id
+    assert batch.find("other", "c1") is None and batch.find("track", "c7") is None
+
+
+def test_the_tool_names_are_checked_once_per_set_and_never_with_check_tools_false() -> None:
+    core = GuardCore(Policy(limits={"track": 1}), owner="Guard")
+    core.check_tool_names(["track", "ship"])
+    with pytest.raises(GuardSetupError, match="track"):
+        core.check_tool_names(["ship"])
+    with pytest.raises(GuardSetupError, match="track"):  # a failed set is not remembered as checked
+        core.check_tool_names(["ship"])
+    GuardCore(Policy(limits={"track": 1}), owner="Guard", check_tools=False).check_tool_names(["ship"])
+
+    class Own(GuardSetupError):
+        pass
+
+    with pytest.raises(Own):
+        GuardCore(Policy(limits={"track": 1}), owner="Guard", error=Own).check_tool_names(["ship"])
+
+
+def test_a_stop_raises_only_with_on_stop_raise_and_survives_pickling() -> None:
+    import pickle
+
+    from repeat_hooks.kit import GuardStopped
+
+    stop = Stop(message="I stopped.", reason=StopReason.MAX_STEPS)
+    assert GuardCore(owner="Guard").stopped(stop, GuardStopped) is None
+    raised = GuardCore(owner="Guard", on_stop="raise").stopped(stop, GuardStopped, "detail")
+    assert isinstance(raised, GuardStopped) and raised.stop == stop and raised.args[1:] == ("detail",)
+    assert "(max_steps): I stopped." in str(raised)
+    again = pickle.loads(pickle.dumps(raised))  # as a worker process hands it back
+    assert type(again) is GuardStopped and again.stop == stop and again.args == raised.args
+
+
+def test_cost_of_prices_a_response_and_is_zero_without_prices() -> None:
+    from repeat_hooks import TokenPrices
+
+    class Usage:
+        input_tokens, output_tokens = 1_000_000, 500_000
+
+    assert GuardCore(owner="Guard").cost_of(Usage()) == 0.0
+    priced = GuardCore(Policy(max_cost_usd=1.0), owner="Guard", cost=TokenPrices(2.0, 4.0))
+    assert priced.cost_of(Usage()) == pytest.approx(4.0)
+
+
+def test_scope_names_the_conversation_and_agent_as_text_only_for_observers(heard: list[Observation]) -> None:
+    core = GuardCore(owner="Guard")
+    with core.scope(42, "tracker"):
+        assert (current_scope().conversation_id, current_scope().agent_name) == ("42", "tracker")
+    with core.scope("", None):
+        assert (current_scope().conversation_id, current_scope().agent_name) == (None, None)
+
+
+def test_scope_costs_nothing_without_observers() -> None:
+    with GuardCore(owner="Guard").scope("c1", "a") as entered:
+        assert entered is None and current_scope().conversation_id is None
+
+
+def test_parsed_states_forget_drops_what_was_kept() -> None:
+    states = ParsedStates(size=4)
+    state = GuardState()
+    raw = state.model_dump_json()
+    states.keep(raw, state)
+    states.forget(raw)
+    assert len(states) == 0 and states.take(raw, where="x") is not state
+    states.forget("never kept")  # nothing to drop: no error
+
+
+def test_common_takes_every_common_keyword_but_the_policy() -> None:
+    from repeat_hooks.kit import COMMON, common
+
+    given = {name: object() for name in COMMON} | {"self": object(), "state_key": "k"}
+    taken = common(given)
+    assert list(taken) == list(COMMON[1:]) and all(taken[name] is given[name] for name in taken)
+
+
+class FlakyStore(MemoryStore):
+    """A ``MemoryStore`` that can be down, then back; it counts which path each update took."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        self.paths: list[str] = []
+
+    def _check(self) -> None:
+        if self.down:
+            raise StoreUnavailable("x" * 900)
+
+    async def update(self, key: str, change: Any) -> Any:
+        self._check()
+        self.paths.append("update")
+        return super().update_now(key, change)
+
+    def update_now(self, key: str, change: Any) -> Any:
+        self._check()
+        self.paths.append("update_now")
+        return super().update_now(key, change)
+
+    async def load(self, key: str) -> GuardState | None:
+        self._check()
+        return await super().load(key)
+
+
+def ending(core: GuardCore) -> Any:
+    """The change of a model call (it ends nothing under the default policy: ``None``)."""
+    return core.policy.decide_model_call
+
+
+async def test_a_turn_ended_by_an_outage_reads_as_that_stop_until_the_store_is_back() -> None:
+    store = FlakyStore()
+    core = GuardCore(owner="Guard", store=store, fail="closed")
+    store.down = True
+    with request(turn_id="t1"):
+        stop = await core.update("k", ending(core), outage=core.ended)
+    assert stop is not None and stop.reason is StopReason.STORE_UNAVAILABLE
+    assert await core.stop_of("k") == stop and await core.stop_of("k", "t1") == stop
+    with pytest.raises(StoreUnavailable):
+        await core.stop_of("k", "t2")  # another turn: not this process's stop, and the store is down
+    store.down = False
+    assert await core.update("k", ending(core), outage=core.ended) is None  # back: the policy decides
+    assert await core.stop_of("k") is None  # the outage's stop is forgotten once the store answered
+    store.down = True
+    sync_stop = core.update_now("k", ending(core), outage=core.ended)
+    assert sync_stop is not None and sync_stop.reason is StopReason.STORE_UNAVAILABLE
+    assert await core.stop_of("k") == sync_stop
+    store.down = False
+    core.update_now("k", ending(core), outage=core.ended)
+    assert await core.stop_of("k") is None
+    assert store.paths == ["update", "update_now"]  # a store with update_now is used on the caller's thread
+
+
+async def test_a_stopped_turn_is_read_from_the_store_by_turn() -> None:
+    store = MemoryStore()
+    core = GuardCore(Policy(max_model_calls=1), owner="Guard", store=store)
+
+    def model_call(state: GuardState) -> Stop | None:
+        stop = core.policy.decide_model_call(state)
+        core.policy.record_model_call(state)
+        return stop
+
+    assert await core.update("k", model_call, outage=core.ended) is None
+    stop = await core.update("k", model_call, outage=core.ended)
+    assert stop is not None and stop.reason is StopReason.MAX_STEPS
+    assert await core.stop_of("k") == stop and await core.stop_of("missing") is None
+
+
+async def test_outages_kept_for_stop_of_are_bounded_oldest_first() -> None:
+    store = FlakyStore()
+    core = GuardCore(owner="Guard", store=store, fail="closed")
+    store.down = True
+    for n in range(1025):
+        core.update_now(f"k{n}", ending(core), outage=core.ended)
+    with pytest.raises(StoreUnavailable):
+        await core.stop_of("k0")  # the oldest of 1025: forgotten
+    assert await core.stop_of("k1") is not None and await core.stop_of("k1024") is not None
+
+
+async def test_a_key_without_a_store_is_a_setup_error_naming_the_conversation() -> None:
+    class Own(GuardSetupError):
+        pass
+
+    core = GuardCore(owner="Guard", error=Own)
+    with pytest.raises(Own, match=r"Guard: no store= to keep conversation 'k' in"):
+        await core.update("k", ending(core), outage=None)
+    with pytest.raises(Own, match=r"Guard: no store= to keep conversation 'k' in"):
+        core.update_now("k", ending(core), outage=None)
+    with pytest.raises(Own, match=r"Guard: no store= to read conversation 'k' from"):
+        await core.stop_of("k")
+
+
+def test_an_async_only_store_serves_a_sync_hook_and_its_outage_decides_as_fail_says() -> None:
+    core = GuardCore(Policy(max_calls=1), owner="Guard", store=DictStore())  # type: ignore[arg-type]
+    decide = lambda state: core.policy.decide_tool_call(state, CALL)  # noqa: E731
+    assert core.update_now("k", decide, outage=core.refused) is None
+    refusal = core.update_now("k", decide, outage=core.refused)
+    assert refusal is not None and refusal.reason is RefusalKind.REPEAT
+    closed = GuardCore(owner="Guard", store=BrokenStore(), fail="closed")  # type: ignore[arg-type]
+    down = closed.update_now("k", decide, outage=closed.refused)
+    assert down is not None and down.reason is RefusalKind.STORE_UNAVAILABLE
+
+
+def test_an_outage_log_names_the_guard_the_key_and_the_error_and_the_observers_get_500_chars(
+    heard: list[Observation], caplog: pytest.LogCaptureFixture
+) -> None:
+    store = FlakyStore()
+    store.down = True
+    core = GuardCore(owner="Tracker guard", store=store)
+    with caplog.at_level(logging.ERROR, logger="repeat_hooks"), request(conversation_id="conv-3"):
+        assert core.update_now("key-9", ending(core), outage=core.ended) is None
+    line = caplog.records[-1].getMessage()
+    assert line.startswith("repeat_hooks: Tracker guard could not reach the state of key-9 (conversation conv-3)")
+    assert "StoreUnavailable: xxx" in line and line.endswith("; failing open") and caplog.records[-1].exc_info is None
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="repeat_hooks"):
+        core.update_now("key-9", ending(core), outage=core.ended)
+    assert caplog.records[-1].exc_info is not None  # the traceback at DEBUG
+    outages = [seen for seen in heard if isinstance(seen, Outage)]
+    assert outages[0].key == "key-9" and len(outages[0].error) == 500 and outages[0].fail == "open"
+
+
+def test_a_slot_that_cannot_be_read_is_an_outage_named_by_the_slot(caplog: pytest.LogCaptureFixture) -> None:
+    class Unreadable(Slot):
+        def read(self) -> GuardState:
+            raise StoreUnavailable("the session service is down")
+
+    core = GuardCore(owner="Guard", fail="closed")
+    with caplog.at_level(logging.ERROR, logger="repeat_hooks"):
+        refusal = core.update_now(
+            Unreadable(), lambda state: core.policy.decide_tool_call(state, CALL), outage=core.refused
+        )
+    assert refusal is not None and refusal.reason is RefusalKind.STORE_UNAVAILABLE
+    assert "could not reach the state of agent.state['repeat_hooks']" in caplog.text
+
+
+def test_a_slot_is_written_with_what_the_change_did_and_its_result_returned() -> None:
+    core = GuardCore(Policy(max_calls=1), owner="Guard")
+    slot = Slot()
+    decide = lambda state: core.policy.decide_tool_call(state, CALL)  # noqa: E731
+    assert core.update_now(slot, decide, outage=None) is None
+    refusal = core.update_now(slot, decide, outage=None)
+    assert refusal is not None and refusal.reason is RefusalKind.REPEAT and slot.writes == 2
+    assert GuardState.model_validate_json(slot.raw).turn.refusals == 1
+
+
+def test_a_guard_stop_is_found_through_the_errors_an_sdk_wraps_it_in() -> None:
+    from repeat_hooks.kit import GuardStopped
+
+    stop = Stop(message="I stopped.", reason=StopReason.MAX_STEPS)
+
+    def wrapped(how: str) -> BaseException:
+        try:
+            try:
+                raise GuardStopped(stop)
+            except GuardStopped as inner:
+                if how == "cause":
+                    raise RuntimeError("the SDK's wrapper") from inner
+                raise RuntimeError("raised while handling")  # noqa: B904 - __context__ only
+        except RuntimeError as outer:
+            return outer
+        raise AssertionError
+
+    assert GuardStopped.of(wrapped("cause")) == stop and GuardStopped.of(wrapped("context")) == stop
+    assert GuardStopped.of(None) is None and GuardStopped.of(RuntimeError("other")) is None
+    looped = RuntimeError("a")
+    looped.__context__ = RuntimeError("b")
+    looped.__context__.__context__ = looped  # a cycle: read once, no hang
+    assert GuardStopped.of(looped) is None
+    assert GuardStopped(stop).message == "I stopped."
+
+
+def test_the_guard_keeps_its_keywords_and_what_its_policy_needs_fed() -> None:
+    from repeat_hooks import TokenPrices
+    from repeat_hooks.kit import monotonic
+
+    prices = TokenPrices(1.0, 2.0)
+    core = GuardCore(Policy(max_cost_usd=1.0, max_model_seconds=60), owner="Guard", cost=prices, on_stop="raise")
+    assert (core.cost, core.clock, core.check_tools, core.on_stop, core.fail) == (
+        prices,
+        monotonic,
+        True,
+        "raise",
+        "open",
+    )
+    assert core.records_outcomes and core.records_model_calls  # progress needs outcomes; budgets, model calls
+    plain = GuardCore(Policy(count="per_turn", max_errors_in_a_row=None, max_refusals=None), owner="Guard")
+    assert not plain.records_outcomes and not plain.records_model_calls
+    with pytest.raises(GuardSetupError, match="none of Guard's agent's tools"):
+        GuardCore(Policy(limits={"track": 1}), owner="Guard").check_tool_names(["ship"])  # checked by default
+
+
+def test_setup_mistakes_raise_the_adapters_error_with_its_spelling() -> None:
+    class Own(GuardSetupError):
+        pass
+
+    with pytest.raises(TypeError, match=r"not the class Policy: pass guard_agent\(agent, Policy\(\.\.\.\)\)"):
+        GuardCore(Policy, owner="Guard", spelling="guard_agent(agent, Policy(...))")  # type: ignore[arg-type]
+    with pytest.raises(Own, match="max_cost_usd"):  # a budget nobody feeds: the adapter's error too
+        GuardCore(Policy(max_cost_usd=1.0), owner="Guard", error=Own)
+    with pytest.raises(Own, match="max_model_seconds"):
+        GuardCore(Policy(max_model_seconds=5), owner="Guard", clock=None, error=Own)
+    with pytest.raises(TypeError, match="got str"):
+        GuardCore(owner="Guard", is_failure="error")  # type: ignore[arg-type]
+
+
+def test_ids_are_kept_as_text_and_long_or_odd_ones_as_their_stable_text() -> None:
+    from repeat_hooks.call import as_text
+
+    long, odd = "c" * 1001, "conversación"
+    for given in ("c" * 1000, long, odd, 42):
+        with request(conversation_id=given):  # type: ignore[arg-type]
+            assert current_request().conversation_id == as_text(given)
+    assert as_text(long) != long and as_text("c" * 1000) == "c" * 1000
+
+
+def test_a_batch_keeps_each_calls_decision_object_and_tag_under_a_unique_id() -> None:
+    from repeat_hooks.kit import Batch
+
+    refusal = Refusal(message="no", reason=RefusalKind.REPEAT)
+    calls = [ToolCall("track", {"n": 1}, call_id="c1"), ToolCall("track", {"n": 2}, call_id="c1"), ToolCall("ship", {})]
+    batch = Batch()
+    decided = batch.decided(calls, [None, refusal, None], given=["block-0"], tags=["t0", "t1"])
+    assert [(entry.refusal, entry.given, entry.tag) for entry in decided] == [
+        (None, "block-0", "t0"),
+        (refusal, None, "t1"),
+        (None, None, None),  # given and tags shorter than the calls: None
+    ]
+    assert decided[0].call is calls[0] and decided[1].call.call_id == "c1#1" and decided[1].model_id == "c1"
+    with pytest.raises(ValueError):
+        batch.decided(calls, [None])  # one decision a call, or a mistake
+    added = batch.add(ToolCall("ship_v2", {}, call_id="c5"), refusal, given="block-5", tag="t5")
+    assert (added.refusal, added.given, added.tag, added.model_id) == (refusal, "block-5", "t5", "c5")
+
+
+def test_a_batch_claims_by_arguments_and_settles_by_the_object_the_sdk_hands_back() -> None:
+    from repeat_hooks.kit import Batch
+
+    batch = Batch()
+    calls = [ToolCall("track", {"n": n}, call_id="same") for n in range(3)]
+    decided = batch.decided(calls, [None, None, None])
+    block = object()
+    assert batch.claim("track", "same", {"n": 2}, given=block) is decided[2]  # the arguments pick the call
+    assert decided[2].given is block
+    assert batch.claim("track", "same", {"n": 9}) is decided[0]  # none exact: the first unclaimed of the id
+    assert batch.settle("track", "other-id", given=block) is decided[2]  # the very object, whatever the id says
+    assert batch.settle("track", "same", {"n": 0}) is decided[0]
+    assert batch.settle("track", "same", claimed=False) is decided[1]  # a post hook with no pre hook before

@@ -298,3 +298,59 @@ def test_a_huge_tool_name_keeps_the_state_small_and_loadable() -> None:
     saved = guard.state.model_dump_json()
     assert len(saved) < 50_000 and GuardState.model_validate_json(saved) == guard.state
     assert ToolCall(name + "a").name != ToolCall(name + "b").name  # long names stay distinct
+
+
+def stored_with(deliveries: Any) -> str:
+    """A state the guard wrote, its deliveries replaced by ``deliveries``."""
+    guard = StopRepeatedCalls()
+    guard.pre_agent_turn()
+    guard.pre_tool_call(ToolCall("track", {"id": 1}, call_id="c1"))
+    raw = json.loads(guard.state.model_dump_json())
+    raw["deliveries"] = deliveries
+    return json.dumps(raw)
+
+
+def test_stored_deliveries_are_kept_as_the_guard_wrote_them_and_anything_else_is_refused() -> None:
+    guard = StopRepeatedCalls()
+    guard.pre_agent_turn()
+    guard.pre_tool_call(ToolCall("track", {"id": 1}, call_id="c1"))
+    written = json.loads(guard.state.model_dump_json())["deliveries"]
+    assert list(written) == ["c1@1.0"] and written["c1@1.0"].endswith(":track")  # packed text: digests, the name
+    assert load_state(stored_with(written)).deliveries["c1@1.0"].tool == "track"
+    packed = written["c1@1.0"]
+    for hostile in (
+        {"c1@1.0": "not a delivery"},  # not the packed form
+        {"c1@1.0": packed.replace(":track", ":" + "t" * 1200)},  # a tool name longer than any the guard keeps
+        {"c" * 4001: packed},  # a delivery id longer than any the guard writes
+        {f"c{n}@1.0": packed for n in range(MAX_DELIVERIES + 1)},  # more than the guard keeps
+        {"c1@1.0": 7},
+    ):
+        with pytest.raises(StateCorrupt):
+            load_state(stored_with(hostile))
+    assert len(load_state(stored_with({f"c{n}@1.0": packed for n in range(MAX_DELIVERIES)})).deliveries) == 256
+
+
+def test_a_stopped_turn_is_found_by_its_id_among_the_kept_events() -> None:
+    guard = StopRepeatedCalls(max_model_calls=1)
+    for turn in ("t1", "t2"):
+        guard.pre_agent_turn(turn_id=turn)
+        guard.pre_llm_call()
+        guard.post_llm_call()
+        assert guard.pre_llm_call() is not None  # the second model call of each turn: stopped
+    first = guard.state.stop_of("t1")
+    assert first is not None and first.reason.value == "max_steps"
+    assert guard.state.stop_of("t2") == guard.state.turn.stop and guard.state.stop_of("t3") is None
+    guard.pre_agent_turn(turn_id="t4")
+    assert guard.state.stop_of("t4") is None and guard.state.stop_of() is None  # not stopped (yet)
+
+
+def test_events_since_are_the_events_after_the_one_given() -> None:
+    guard = StopRepeatedCalls(max_calls=1)
+    guard.pre_agent_turn()
+    call = ToolCall("track", {"id": 1})
+    for _ in range(4):
+        guard.pre_tool_call(call)
+    events = guard.state.events
+    assert len(events) == 3
+    assert guard.state.events_since(events[0]) == events[1:] and guard.state.events_since(events[1]) == events[2:]
+    assert guard.state.events_since(events[-1]) == [] and guard.state.events_since(None) == events

@@ -153,7 +153,7 @@ def test_02_code_comparing_a_refusals_reason_with_repeated_call_still_finds_ever
     with pytest.deprecated_call(match="StopReason.REPEATED_CALL is deprecated: use a RefusalKind"):
         assert refusal.reason == StopReason.REPEATED_CALL
     with pytest.deprecated_call(match="use a RefusalKind"):
-        assert not StopReason.REPEATED_CALL != RefusalKind.CYCLE
+        assert not StopReason.REPEATED_CALL != RefusalKind.CYCLE  # noqa: SIM202 (its own __ne__ is tested)
     assert refusal.reason == RefusalKind.REPEAT and refusal.reason != RefusalKind.CYCLE and refusal.reason == "repeat"
     assert StopReason.COST == "cost" and StopReason.COST != StopReason.TIME  # stops compare as before
 
@@ -177,3 +177,44 @@ def test_a_call_rejected_before_it_ran_counts_toward_its_repeats_through_the_hoo
     refusal = guard.pre_tool_call(refund)
     assert refusal is not None and refusal.reason is RefusalKind.REJECTED
     assert "already rejected 2 times" in refusal.message
+
+
+def test_a_forwarder_warns_from_the_callers_line_names_the_new_spelling_and_refuses_what_is_gone() -> None:
+    from repeat_hooks.policy import Policy
+
+    forward = _moved.forwarder(
+        "pkg.old",
+        {"a": "repeat_hooks.policy:Policy", "b": ("make_b()", lambda: 42)},
+        gone={"c": "compare stop.reason instead"},
+    )
+    with pytest.warns(DeprecationWarning, match=r"^pkg\.old\.a is deprecated: use repeat_hooks\.policy\.Policy$") as a:
+        assert forward("a") is Policy
+    with pytest.warns(DeprecationWarning, match=r"^pkg\.old\.b is deprecated: use make_b\(\)$"):
+        assert forward("b") == 42
+    assert a[0].filename == __file__  # the line that used the old name
+    with pytest.raises(AttributeError, match=r"^pkg\.old\.c is gone: compare stop\.reason instead$"):
+        forward("c")
+    with pytest.raises(AttributeError, match=r"^module 'pkg\.old' has no attribute 'd'$"):
+        forward("d")
+
+
+def test_an_old_module_path_warns_from_the_importing_line_and_says_where_it_went() -> None:
+    sys.modules.pop("repeat_hooks.redis", None)
+    with pytest.warns(DeprecationWarning, match=r"^repeat_hooks\.redis is deprecated: import from ") as seen:
+        import repeat_hooks.redis as old  # type: ignore[import-not-found]
+    assert seen[0].filename == __file__
+    assert "Deprecated: moved to repeat_hooks.stores.redis" in (old.__doc__ or "")
+    before = len(sys.meta_path)
+    _moved.install()  # once per process: a second install adds no finder
+    assert len(sys.meta_path) == before and any(isinstance(finder, _moved._Finder) for finder in sys.meta_path)
+
+
+def test_the_kit_loads_each_name_from_its_module_when_first_asked() -> None:
+    from repeat_hooks import kit
+    from repeat_hooks.kit.batch import Batch
+
+    vars(kit).pop("Batch", None)  # as in a fresh process
+    assert kit.Batch is Batch and vars(kit)["Batch"] is Batch  # loaded, then kept
+    with pytest.raises(AttributeError, match=r"^module 'repeat_hooks\.kit' has no attribute 'Bacth'$"):
+        kit.Bacth  # noqa: B018
+    assert {"GuardCore", "Batch", "request"} <= set(dir(kit))

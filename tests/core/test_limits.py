@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from repeat_hooks import StopRepeatedCalls, ToolCall
+from repeat_hooks import GuardState, StopRepeatedCalls, ToolCall
 from repeat_hooks.state import MAX_DELIVERIES
 
 
@@ -104,3 +104,37 @@ def test_state_stays_bounded_under_many_distinct_calls() -> None:
     assert len(guard.state.turn.counts) == 100
     assert len(guard.state.deliveries) == MAX_DELIVERIES
     assert len(guard.model_dump_json()) < 40_000
+
+
+def test_a_failure_taken_back_leaves_the_window_and_the_count_as_before() -> None:
+    """``count_failures=False``: a failed call is taken back out of its count, and out of the window, newest
+    first, so the calls before it keep their places."""
+    from repeat_hooks import Policy
+
+    policy, state = Policy(count_failures=False, window=3, max_calls=2, count="per_turn"), GuardState()
+    track, ship = ToolCall("track", {"n": 1}), ToolCall("ship", {"n": 1})
+    for call, ok in ((track, True), (ship, True), (track, False)):
+        assert policy.decide_tool_call(state, call) is None
+        policy.record_tool_result(state, call, ok=ok, result="r")
+    assert state.turn.counts == {policy._key(track): 1, policy._key(ship): 1}
+    assert state.turn.recent == [policy._key(track), policy._key(ship)]
+    assert policy.decide_tool_call(state, track) is None
+    assert state.turn.counts[policy._key(track)] == 2  # counted once before: this is its second
+
+
+def test_a_count_of_three_taken_back_is_two_and_a_count_of_one_is_gone() -> None:
+    from repeat_hooks import Policy
+
+    policy, state = Policy(count_failures=False, max_calls=5, count="per_turn"), GuardState()
+    track = ToolCall("track", {"n": 1})
+    key = policy._key(track)
+    for _ in range(2):
+        assert policy.decide_tool_call(state, track) is None
+        policy.record_tool_result(state, track, ok=True, result="same")
+    assert policy.decide_tool_call(state, track) is None
+    policy.record_tool_result(state, track, ok=False, result="down")
+    assert state.turn.counts[key] == 2
+    fresh = GuardState()
+    assert policy.decide_tool_call(fresh, track) is None
+    policy.record_tool_result(fresh, track, ok=False, result="down")
+    assert key not in fresh.turn.counts
