@@ -8,6 +8,7 @@ misshapen on purpose, which it must catch."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import importlib
 import inspect
 import textwrap
@@ -48,10 +49,10 @@ class Shape:
 ADAPTERS: dict[str, Shape] = {
     "claude_agent_sdk": Shape("RepeatGuardHooks", async_stop_of=True, extra=frozenset({"stream"})),
     "google_adk": Shape("RepeatGuardPlugin"),
-    "langchain": Shape("RepeatGuardMiddleware"),
+    "langchain": Shape("RepeatGuardMiddleware", extra=frozenset({"refusal"})),
     "mistral": Shape("RepeatGuardHook", settings_on_class=True, async_stop_of=True, extra=frozenset({"settings"})),
     "openai_agents": Shape("guard_agent", extra=frozenset({"tracing"})),
-    "pydantic_ai": Shape("RepeatGuard"),
+    "pydantic_ai": Shape("RepeatGuard", extra=frozenset({"tools"})),
     "strands": Shape("RepeatGuardHooks"),
 }
 """Every adapter under ``adapters/``; a new one adds its line here (``test_every_adapter_declares_its_shape``)."""
@@ -118,6 +119,7 @@ def shape_problems(package: Path, shape: Shape) -> list[str]:
         return problems
     problems += _guard_problems(module, shape)
     problems += _stop_of_problems(module.stop_of, shape)
+    problems += _stop_of_reads(module)
     stopped, setup = module.RepeatGuardStopped, module.GuardSetupError
     if not (isinstance(stopped, type) and issubclass(stopped, GuardStopped)):
         problems.append("RepeatGuardStopped is not a repeat_hooks.kit.GuardStopped")
@@ -159,6 +161,36 @@ def _stop_of_problems(stop_of: Any, shape: Shape) -> list[str]:
     returned = inspect.signature(stop_of).return_annotation
     if "Stop | None" not in str(returned):
         problems.append(f"stop_of returns {returned}, not Stop | None")
+    return problems
+
+
+def _stop_of_reads(module: Any) -> list[str]:
+    """``stop_of`` of the adapter's ``RepeatGuardStopped`` (what ``on_stop="raise"`` raises) is its stop, with no
+    other argument; what it cannot read (``None``, a number) raises the adapter's ``GuardSetupError`` saying what it
+    takes, the exception among it."""
+    stop = repeat_hooks.Stop(message="Stopped.", reason=repeat_hooks.StopReason.MAX_STEPS)
+
+    def read(given: Any) -> Any:
+        found = module.stop_of(given)
+        return asyncio.run(found) if inspect.iscoroutine(found) else found
+
+    problems = []
+    try:
+        if read(module.RepeatGuardStopped(stop)) != stop:
+            problems.append("stop_of(RepeatGuardStopped(stop)) is not the stop")
+    except Exception as error:
+        problems.append(f"stop_of(RepeatGuardStopped(stop)) raised {type(error).__name__}: {error}")
+    for unreadable in (None, 42):
+        said = ("stop_of takes", "RepeatGuardStopped", f"got {type(unreadable).__name__}")
+        try:
+            read(unreadable)
+        except module.GuardSetupError as error:
+            if not all(words in str(error) for words in said):
+                problems.append(f"stop_of({unreadable!r}) says {str(error)!r}, not what it takes and what it got")
+        except Exception as error:
+            problems.append(f"stop_of({unreadable!r}) raised {type(error).__name__}, not the adapter's GuardSetupError")
+        else:
+            problems.append(f"stop_of({unreadable!r}) returned: it must raise GuardSetupError saying what it takes")
     return problems
 
 
@@ -221,5 +253,8 @@ def test_a_misshapen_adapter_is_caught(tmp_path: Path, monkeypatch: pytest.Monke
         "Guard does not take ['clock', 'is_failure', 'check_tools', 'on_stop', 'fail']",
         "stop_of takes one positional-only argument (what the SDK handed back); the rest keyword-only",
         "stop_of returns None, not Stop | None",
+        "stop_of(RepeatGuardStopped(stop)) is not the stop",
+        "stop_of(None) returned: it must raise GuardSetupError saying what it takes",
+        "stop_of(42) returned: it must raise GuardSetupError saying what it takes",
         "RepeatGuardStopped is not a repeat_hooks.kit.GuardStopped",
     ]

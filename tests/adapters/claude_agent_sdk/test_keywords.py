@@ -70,7 +70,7 @@ async def test_on_stop_raise_raises_out_of_the_query_at_the_turns_result(tmp_pat
     assert isinstance(raised.value, ClaudeSDKError) and raised.value.stop.reason is StopReason.IGNORED_REFUSALS
     assert parcels.count("track_parcel") == 2 and not any(isinstance(message, ResultMessage) for message in seen)
     session = next(message.data["session_id"] for message in seen if isinstance(message, SystemMessage))
-    assert await stop_of(session, guard=guard) == raised.value.stop
+    assert await stop_of(session, guard=guard) == raised.value.stop == await stop_of(raised.value)
 
 
 async def test_is_failure_reads_what_the_model_reads(tmp_path: Path) -> None:
@@ -135,13 +135,38 @@ async def test_the_0_2_spellings_warn_and_still_work() -> None:
         assert await read_state(guard, message) == await read_state(message, guard=guard)  # type: ignore[arg-type]
     assert await stop_of(message, guard=guard) == await guard.stop_of("s1", "t1") == stop
     assert stop is not None and stop.reason is StopReason.MAX_STEPS
+    with pytest.deprecated_call(match=r"stop_of\(message, guard=guard\)"):  # 0.2's keywords
+        assert await stop_of(guard=guard, session=message) == stop  # type: ignore[arg-type]
+    with pytest.deprecated_call(match=r"stop_of\(message, guard=guard\)"):
+        assert await stop_of(guard, session="s1", turn_id="t1") == stop  # type: ignore[arg-type]
+    assert await stop_of(RepeatGuardStopped(stop)) == stop  # what on_stop="raise" raised: no guard needed
     with pytest.raises(TypeError, match=r"stop_of\(message, guard=guard\) needs the guard"):
         await stop_of(message)
+    with pytest.raises(GuardSetupError, match=r"stop_of takes a ResultMessage of the query or a session id .*got None"):
+        await stop_of(None, guard=guard)
     for name, home in [("session_key", "state"), ("GuardedTransport", "stream"), ("NO_TRANSPORT", "guard")]:
         with pytest.deprecated_call(match=rf"use repeat_hooks_claude_agent_sdk\.{home}\.{name}"):
             exec(f"from repeat_hooks_claude_agent_sdk import {name}")
-    with pytest.deprecated_call(match=r"use repeat_hooks\.kit\.hints"):
-        from repeat_hooks_claude_agent_sdk import Hints  # noqa: F401
+    import repeat_hooks_claude_agent_sdk as package
+
+    with pytest.raises(AttributeError, match=r"Hints is gone: hints travel on ToolCall .*repeat_hooks\.kit\.hints"):
+        package.Hints  # noqa: B018
+
+
+@pytest.mark.parametrize(("closed", "fail"), [(True, "closed"), (False, "open")])
+def test_0_2_fail_closed_warns_naming_the_fail_it_means(closed: bool, fail: str) -> None:
+    with pytest.deprecated_call(match=rf'RepeatGuardHooks\(fail_closed=\.\.\.\) is deprecated: use fail="{fail}"'):
+        guard = RepeatGuardHooks(fail_closed=closed)
+    assert guard.core.fail == fail
+
+
+def test_fail_closed_and_a_fail_saying_otherwise_are_refused() -> None:
+    with pytest.raises(GuardSetupError, match=r"got fail_closed=True and fail='open': give only fail='open' or"):
+        RepeatGuardHooks(fail_closed=True, fail="open")
+    with pytest.raises(GuardSetupError, match=r"got fail_closed=False and fail='closed'"):
+        RepeatGuardHooks(fail_closed=False, fail="closed")
+    with pytest.raises(GuardSetupError, match=r"got fail_closed='yes': give only fail="):
+        RepeatGuardHooks(fail_closed="yes")
 
 
 async def test_a_write_your_human_rejected_is_not_taken_for_one_that_ran(tmp_path: Path) -> None:

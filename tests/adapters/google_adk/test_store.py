@@ -13,7 +13,15 @@ import pytest
 import repeat_hooks_google_adk
 from google.adk.agents import LlmAgent
 from google.genai import types
-from repeat_hooks_google_adk import STATE_KEY, Policy, RepeatGuardPlugin, RepeatGuardStopped, StopReason, stop_of
+from repeat_hooks_google_adk import (
+    STATE_KEY,
+    GuardSetupError,
+    Policy,
+    RepeatGuardPlugin,
+    RepeatGuardStopped,
+    StopReason,
+    stop_of,
+)
 from repeat_hooks_google_adk.testing import ScriptedLlm, function_call, keep_calling, text
 
 from repeat_hooks import GuardState, MemoryStore, StoreUnavailable
@@ -167,6 +175,17 @@ async def test_the_old_stop_of_spelling_warns_and_still_works(carrier: Carrier) 
         stop = stop_of(session, turn.invocation_id)
 
     assert stop is not None and stop == stop_of(turn.final)
+    # 0.2's state key, positional or keyword, and its session= keyword: the stop is read from the events
+    with pytest.warns(DeprecationWarning, match=r"use stop_of\(session, invocation_id=\.\.\.\) \(the stop is read"):
+        assert stop_of(session, turn.invocation_id, STATE_KEY) == stop
+    with pytest.warns(DeprecationWarning, match=r"whatever the state key"):
+        assert stop_of(session, turn.invocation_id, key="repeat_hooks:other") == stop
+    with pytest.warns(DeprecationWarning, match=r"use stop_of\(session, invocation_id=\.\.\.\)"):
+        assert stop_of(session=session, invocation_id=turn.invocation_id) == stop
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match=r"takes one positional argument"):
+        stop_of(session, turn.invocation_id, STATE_KEY, "more")
+    with pytest.raises(GuardSetupError, match=r"stop_of takes what run_async handed you .*; got str"):
+        stop_of(turn.final_text)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

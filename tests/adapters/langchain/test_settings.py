@@ -291,3 +291,22 @@ def test_reading_the_stop_of_an_agent_without_the_guard_says_the_middleware_is_m
     for read in (stop_of, guard_state_of):
         with pytest.raises(GuardSetupError, match=r"runs without RepeatGuardMiddleware \(create_agent\(model, tools"):
             read(result)
+
+
+def test_stop_of_something_other_than_a_result_says_what_it_reads(carrier: Carrier) -> None:
+    agent = create_agent(ScriptedChatModel(then=answer("In transit.")), tools=[carrier.tool])
+    result = agent.invoke(USER)
+    with pytest.raises(GuardSetupError, match=r"stop_of takes what invoke / ainvoke returned .*; got list"):
+        stop_of(result["messages"])  # type: ignore[arg-type]
+
+
+def test_the_0_2_module_refusal_still_imports_each_name_with_a_warning_naming_its_home() -> None:
+    from repeat_hooks_langchain import calls
+
+    with pytest.deprecated_call(match=r"refusal\.refuse is deprecated: use repeat_hooks_langchain\.calls\.refuse"):
+        from repeat_hooks_langchain.refusal import refuse
+    assert refuse is calls.refuse
+    from repeat_hooks_langchain import refusal
+
+    with pytest.raises(AttributeError, match=r"refusal\.kept_positions is gone: refuse\(\.\.\.\) keeps the calls"):
+        refusal.kept_positions  # noqa: B018

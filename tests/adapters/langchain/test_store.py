@@ -195,6 +195,7 @@ def test_on_stop_raise_raises_the_stop_out_of_invoke(carrier: Carrier, asynchron
 
     assert isinstance(raised.value, GuardStopped)
     assert raised.value.stop.reason is StopReason.IGNORED_REFUSALS and raised.value.message == STOPPED
+    assert stop_of(raised.value) == raised.value.stop  # what the caller caught reads as every other stop_of
     assert carrier.calls == ["FR-7731"] * 2 and model.calls == 5  # no model call after the stop
 
 
@@ -224,14 +225,19 @@ def test_is_failure_counts_a_result_the_model_reads_as_an_error(carrier: Carrier
     assert stop is not None and stop.reason is StopReason.TOO_MANY_ERRORS and len(carrier.calls) == 3
 
 
-def test_an_is_failure_that_raises_counts_the_call_as_failed(carrier: Carrier) -> None:
-    def broken(view: Any) -> bool:
-        raise ValueError("oops")
+def test_an_is_failure_written_for_another_form_leaves_the_sdks_word(carrier: Carrier) -> None:
+    """The model reads text here: a check written for a dict raises, and the calls that succeeded stay successes
+    (no turn ended for "errors in a row")."""
+
+    def for_dicts(view: Any) -> bool:
+        return bool(view.get("status") == "error")
 
     model = ScriptedChatModel(replies=[TRACK, TRACK, answer("done")])
-    result = guarded(model, carrier, None, is_failure=broken).invoke(USER, thread("t1"))
+    middleware = RepeatGuardMiddleware(Policy(max_errors_in_a_row=2), is_failure=for_dicts)
+    result = parcel_agent(model, carrier, middleware=[middleware]).invoke(USER, thread("t1"))
 
-    assert guard_state_of(result).turn.errors_in_a_row == 2
+    assert guard_state_of(result).turn.errors_in_a_row == 0 and guard_state_of(result).turn.stop is None
+    assert result["messages"][-1].content == "done"
 
 
 @pytest.mark.parametrize(

@@ -180,6 +180,7 @@ async def test_on_stop_raise_raises_out_of_run_and_a_plain_turn_ends_as_with_rep
     with pytest.raises(RepeatGuardStopped, match=r"stopped the run \(ignored_refusals\): I stopped") as raised:
         await guard.run(agent, "Keep checking FR-7731.")
     assert raised.value.stop.reason is StopReason.IGNORED_REFUSALS
+    assert await stop_of(raised.value) == raised.value.stop  # what the caller caught: no guard needed
 
     async with await agent.create_session() as session:
         result = await run_turn(session, "Keep checking FR-7731.")
@@ -277,12 +278,18 @@ async def test_the_0_2_spellings_warn_and_still_work(carrier: Any, agent_for: An
         await run_turn(session, "Where is FR-7731?")
         with pytest.deprecated_call(match=r"stop_of\(Guard, session_id\) is deprecated: use await stop_of\(session"):
             stop = await stop_of(Closed, session.session_id)  # type: ignore[arg-type]
+        with pytest.deprecated_call(match=r"use await stop_of\(session, guard=Guard\)"):  # 0.2's keywords
+            assert await stop_of(Closed, session_id=session.session_id) == stop  # type: ignore[arg-type]
+        with pytest.deprecated_call(match=r"use await stop_of\(session, guard=Guard\)"):
+            assert await stop_of(guard=Closed, session_id=session.session_id) == stop
+        with pytest.raises(GuardSetupError, match=r"stop_of takes a session .*, or a RepeatGuardStopped; got NoneType"):
+            await stop_of(None, guard=Closed)
     assert stop is not None and stop.reason is StopReason.STORE_UNAVAILABLE
 
     import repeat_hooks_mistral
 
-    with pytest.deprecated_call(match=r"StoreDownStop is deprecated: use repeat_hooks.Stop"):
-        assert repeat_hooks_mistral.StoreDownStop is repeat_hooks_mistral.Stop
+    with pytest.raises(AttributeError, match=r"StoreDownStop is gone: .*stop\.reason == StopReason\.STORE_UNAVAILABLE"):
+        repeat_hooks_mistral.StoreDownStop  # noqa: B018  # 0.2's isinstance(stop, StoreDownStop) would match any stop
     with pytest.deprecated_call(match=r"STORE_DOWN_STOP is deprecated: use repeat_hooks.messages.STORE_DOWN_STOP"):
         from repeat_hooks_mistral import STORE_DOWN_STOP as old
 

@@ -17,7 +17,7 @@ from mistralai.vibe_agents.sdk.authoring.contracts import HookContext, HookSessi
 from repeat_hooks_mistral import RepeatGuardHook, state, stop_of
 from repeat_hooks_mistral.testing import ScriptedModel, ToolUse, run_turn, tool_messages
 
-from repeat_hooks import MemoryStore, Policy, StopReason
+from repeat_hooks import GuardSetupError, MemoryStore, Policy, StopReason
 
 FR = {"tracking_number": "FR-7731"}
 REFUSED = "Refused: you already called track_parcel 2 times"
@@ -83,6 +83,49 @@ def test_a_misspelt_setting_or_a_policy_under_another_name_is_refused() -> None:
 
         class Rules(RepeatGuardHook):
             rules = Policy(max_calls=1)
+
+
+def test_a_misspelt_setting_holding_what_the_setting_takes_is_refused() -> None:
+    """Further from the name than a typo of one letter, a value the setting takes is the sign: ``fial = "closed"``
+    would leave the guard failing open without a word. The hint names the setting, not the value's repr."""
+    with pytest.raises(TypeError, match=r"Fial\.fial is not a guard setting: did you mean fail = 'closed'\?"):
+
+        class Fial(RepeatGuardHook):
+            fial = "closed"
+
+    with pytest.raises(TypeError, match=r"OnStop\.onstop is not a guard setting: did you mean on_stop = 'raise'\?"):
+
+        class OnStop(RepeatGuardHook):
+            onstop = "raise"
+
+    with pytest.raises(TypeError, match=r"Stor\.stor is not a guard setting: did you mean store = \.\.\.\?$"):
+
+        class Stor(RepeatGuardHook):
+            stor = MemoryStore()
+
+    class Own(RepeatGuardHook):  # a name near a setting with a value it never takes is the subclass's own
+        failure = 3
+        stories = ("FR-7731",)
+
+    assert Own.failure == 3 and Own.core.fail == "open"
+
+
+def test_0_2_fail_closed_says_the_fail_it_means_and_refuses_a_fail_saying_otherwise() -> None:
+    with pytest.deprecated_call(match=r'Open\.fail_closed is deprecated: use fail = "open"'):
+
+        class Open(RepeatGuardHook):
+            fail_closed = False
+
+    assert Open.core.fail == "open"
+    with pytest.raises(GuardSetupError, match=r"Both sets fail_closed = True and fail = 'open': keep only fail ="):
+
+        class Both(RepeatGuardHook):
+            fail_closed = True
+            fail = "open"
+
+    with pytest.deprecated_call(match=r'Open\.fail_closed is deprecated: use fail = "closed"'):
+        Open.fail_closed = True  # set later, it decides again
+    assert Open.core.fail == "closed"
 
 
 def test_a_setting_of_the_wrong_type_is_refused() -> None:

@@ -229,3 +229,11 @@ def test_the_names_dropped_from_all_still_import_with_a_warning_naming_the_new_s
         assert value(tool) == ({"read_only": True} if name == "tool_hints" else True)
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         repeat_hooks_pydantic_ai.nothing  # noqa: B018
+
+
+def test_the_0_2_module_tools_still_imports_registered_with_a_warning_naming_its_home() -> None:
+    from repeat_hooks_pydantic_ai import calls
+
+    with pytest.deprecated_call(match=r"tools\.registered is deprecated: use repeat_hooks_pydantic_ai\.calls\."):
+        from repeat_hooks_pydantic_ai.tools import registered
+    assert registered is calls.registered

@@ -360,7 +360,7 @@ async def test_a_call_a_person_edits_is_decided_on_its_new_arguments(store: str 
     script = steps([REFUND], [("refund", {"order": "B-2"})], [REFUND], "Done.")
     keep = {"store": MemoryStore()} if store else {}
     agent, model = refunds.agent(script, Policy(max_calls=1, count="per_turn"), **keep)
-    first = await agent.run("Refund A-1")
+    first = await agent.run("Refund A-1", conversation_id="conv-1")  # (a store= needs it named)
     assert isinstance(first.output, DeferredToolRequests)
     edited = DeferredToolResults(approvals={"call_0_0": ToolApproved(override_args={"order": "B-2"})})
     second = await agent.run(message_history=first.all_messages(), deferred_tool_results=edited)
@@ -378,7 +378,7 @@ async def test_the_call_a_person_edited_away_counts_as_rejected(store: str | Non
     refunds = Refunds()
     keep = {"store": MemoryStore()} if store else {}
     agent, _ = refunds.agent(steps([REFUND], [REFUND], "Done."), Policy(max_calls=1, read_only={"refund"}), **keep)
-    first = await agent.run("Refund A-1")
+    first = await agent.run("Refund A-1", conversation_id="conv-1")  # (a store= needs it named)
     edited = DeferredToolResults(approvals={"call_0_0": ToolApproved(override_args={"order": "B-2"})})
     second = await agent.run(message_history=first.all_messages(), deferred_tool_results=edited)
     assert refunds.sent == ["B-2"] and second.output == "Done."

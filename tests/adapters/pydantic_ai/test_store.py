@@ -71,6 +71,22 @@ async def test_a_caller_names_the_conversation_and_turn_with_the_kits_request(st
     assert saved is not None and saved.turn.id == "req-9" and saved.turn.refusals == 2
 
 
+async def test_a_store_without_a_named_conversation_is_refused_before_any_model_call(carrier: Carrier) -> None:
+    """pydantic-ai gives a run that names no conversation a fresh id, so with ``store=`` nothing would be shared (a
+    retried request would count from zero): the run is refused, naming both spellings. A run given a named
+    conversation's ``message_history`` inherits its id, and goes on in its state."""
+    store = MemoryStore()
+    agent, model = guarded(steps(TRACK, "In transit.", "Still in Lyon."), carrier, guard=RepeatGuard(ONCE, store=store))
+    named = r"this run names none: pass agent\.run\(\.\.\., conversation_id=\.\.\.\).*kit\.request\(conversation_id="
+    with pytest.raises(GuardSetupError, match=named):
+        await agent.run("Where is FR-7731?")
+    assert model.calls == 0 and carrier.calls == []
+    first = await agent.run("Where is FR-7731?", conversation_id="conv-3")
+    await agent.run("And now?", message_history=first.all_messages())
+    saved = await store.load("conv-3")
+    assert saved is not None and saved.turn.number == 2 and model.calls == 3
+
+
 async def test_a_resumed_run_reads_the_store_not_the_history(store: StateStore, carrier: Carrier) -> None:
     """A run broken off mid-turn and resumed with only the last of its messages (a caller trimming its history):
     the store still holds the turn's counts, so the repeat is refused; without a store, the counts are rebuilt
@@ -112,7 +128,7 @@ async def test_fail_closed_refuses_the_call_and_ends_the_turn_when_the_store_is_
     store-down refusal, and the next model call is ended with the store-down stop."""
     guard = RepeatGuard(SEED_004, store=DownStore(works=2), fail="closed")
     agent, model = guarded(STUCK, carrier, guard=guard)
-    result = await agent.run("Keep checking FR-7731")
+    result = await agent.run("Keep checking FR-7731", conversation_id="conv-1")
     assert carrier.calls == [] and tool_returns_of(result.all_messages()) == [STORE_DOWN_REFUSAL]
     stop = stop_of(result)
     assert stop is not None and stop.reason is StopReason.STORE_UNAVAILABLE and result.output == STORE_DOWN_STOP
@@ -122,7 +138,7 @@ async def test_fail_closed_refuses_the_call_and_ends_the_turn_when_the_store_is_
 async def test_fail_open_lets_the_calls_run_when_the_store_is_down(carrier: Carrier) -> None:
     guard = RepeatGuard(SEED_004, store=DownStore(works=2))  # fail="open", the default
     agent, model = guarded(steps(TRACK, TRACK, TRACK, "In transit."), carrier, guard=guard)
-    result = await agent.run("Where is FR-7731?")
+    result = await agent.run("Where is FR-7731?", conversation_id="conv-1")
     assert carrier.calls == ["FR-7731"] * 3  # max_calls=2 cannot be counted: every call runs
     assert result.output == "In transit." and stop_of(result) is None and model.calls == 4
 

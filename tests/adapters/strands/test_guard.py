@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
-from repeat_hooks_strands import STOP_KEY, RepeatGuardHooks, read_state, stop_of
+from repeat_hooks_strands import STOP_KEY, GuardSetupError, RepeatGuardHooks, read_state, stop_of
 from repeat_hooks_strands.testing import ScriptedModel, final_text, tool_results, tool_use
 from strands import Agent, tool
 from strands.hooks import AfterModelCallEvent, BeforeToolCallEvent, HookProvider, HookRegistry
@@ -54,6 +54,10 @@ def test_a_new_turn_counts_afresh_and_its_stop_is_its_own(carrier: Carrier) -> N
     assert stop_of(agent, turn_id=first) == stop_of(agent)  # both turns stopped the same way
     with pytest.deprecated_call(match=r"use stop_of\(agent, turn_id=\.\.\.\)"):
         assert stop_of(agent, first) == stop_of(agent)  # type: ignore[arg-type]  # the 0.2 spelling
+    with pytest.deprecated_call(match=r"stop_of\(agent=agent\) is deprecated: use stop_of\(agent"):
+        assert stop_of(agent=agent) == stop_of(agent)  # 0.2's keyword
+    with pytest.raises(GuardSetupError, match=r"stop_of takes what agent\(\.\.\.\) returned .*; got str"):
+        stop_of(str(result))  # the reply's text is not what stop_of reads
     assert [e.turn_id for e in state.events if e.kind == "stop"] == [first, state.turn.id]
 
 

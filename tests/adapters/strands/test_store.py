@@ -175,6 +175,7 @@ def test_on_stop_raise_raises_out_of_the_invocation(carrier: Carrier) -> None:
 
     stop = raised.value.stop
     assert stop.reason is StopReason.IGNORED_REFUSALS and stop.message == STOPPED and stop_of(agent) == stop
+    assert stop_of(raised.value) == stop  # what the caller caught reads as every other stop_of
     assert isinstance(raised.value, EventLoopException) and raised.value.request_state[STOP_KEY] == "ignored_refusals"
     assert carrier.calls == ["FR-7731"] * 2 and model_of(agent).calls == 5
     assert tool_results(agent)[-1] == REFUSAL  # the conversation holds the last response's results

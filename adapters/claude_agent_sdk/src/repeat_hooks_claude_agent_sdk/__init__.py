@@ -28,10 +28,13 @@ __getattr__ = moved(
     __name__,
     {
         **{name: f"{__name__}.calls:{name}" for name in ("BUILTIN_READ_ONLY", "result_view", "tool_call")},
-        "Hints": "repeat_hooks.kit:hints",  # hints travel on ToolCall now
         "NO_TRANSPORT": f"{__name__}.guard:NO_TRANSPORT",
         "GuardedTransport": f"{__name__}.stream:GuardedTransport",
         "session_key": f"{__name__}.state:session_key",
+    },
+    gone={
+        "Hints": "hints travel on ToolCall (read_only, destructive, idempotent): give tool_call the tool's MCP "
+        "annotations (tool_call(name, tool_input, call_id, {'readOnlyHint': True})), read by repeat_hooks.kit.hints"
     },
 )
 """0.2's names that left ``__all__``: one release more, with a warning naming their home."""

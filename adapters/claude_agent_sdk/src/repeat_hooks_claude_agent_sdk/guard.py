@@ -53,8 +53,8 @@ class RepeatGuardHooks:
     ``policy`` (or its settings; tool names are Claude Code's: ``mcp__<server>__<tool>``, ``Bash``...), ``store``
     (default: a ``MemoryStore``; one state per session id), ``cost`` (of a response's usage as Claude Code streams it),
     ``is_failure``, ``check_tools``, ``on_stop`` (``"raise"``: ``RepeatGuardStopped`` out of the query at the stopped
-    turn's result), ``fail``; ``clock`` is refused (no model-call time reaches a hook). 0.2's ``fail_closed=True``
-    is ``fail="closed"``."""
+    turn's result), ``fail`` (``None``: ``"open"``); ``clock`` is refused (no model-call time reaches a hook). 0.2's
+    ``fail_closed=True`` / ``False`` is ``fail="closed"`` / ``"open"``."""
 
     def __init__(
         self,
@@ -66,12 +66,19 @@ class RepeatGuardHooks:
         is_failure: FailureCheck | None = None,
         check_tools: bool = True,
         on_stop: OnStop = "reply",
-        fail: Fail = "open",
+        fail: Fail | None = None,
         **settings: Any,
     ) -> None:
-        if "fail_closed" in settings:
-            warnings.warn('RepeatGuardHooks(fail_closed=...) is deprecated: use fail="closed"', DeprecationWarning, 2)
-            fail = "closed" if settings.pop("fail_closed") else "open"
+        if "fail_closed" in settings:  # 0.2's
+            closed = settings.pop("fail_closed")
+            implied: Fail = "closed" if closed else "open"
+            if not isinstance(closed, bool) or fail not in (None, implied):
+                given = f"fail_closed={closed!r}" + ("" if fail is None else f" and fail={fail!r}")
+                raise GuardSetupError(f"RepeatGuardHooks got {given}: give only fail='open' or fail='closed'")
+            message = f'RepeatGuardHooks(fail_closed=...) is deprecated: use fail="{implied}"'
+            warnings.warn(message, DeprecationWarning, 2)
+            fail = implied
+        fail = fail or "open"
         store = self.store = store if store is not None else MemoryStore()
         """Where each session's state lives (``state.session_key``)."""
         spend = "ClaudeAgentOptions(max_budget_usd=...)"

@@ -13,7 +13,7 @@ from google.adk.events.event import Event
 from google.adk.sessions.session import Session
 from pydantic import ValidationError
 
-from repeat_hooks import GuardState, StateCorrupt, Stop, StopReason
+from repeat_hooks import GuardSetupError, GuardState, StateCorrupt, Stop, StopReason
 from repeat_hooks.decision import GuardEvent
 from repeat_hooks.kit import GuardStopped, ParsedStates
 
@@ -115,21 +115,30 @@ def stop_metadata(stop: Stop) -> dict[str, str]:
 
 
 def stop_of(
-    returned: Event | Sequence[Event] | Session | BaseException,
+    returned: Event | Sequence[Event] | Session | BaseException | None = None,
     /,
     *old: Any,
     invocation_id: str | None = None,
+    session: Session | None = None,
+    key: str | None = None,
 ) -> Stop | None:
     """How the guard stopped an invocation, read from what ``run_async`` handed you: its final ``Event`` (or the
     events, or the ``Session``: its latest invocation, or ``invocation_id``'s), or the error it raised with
-    ``on_stop="raise"``; ``None`` if the guard did not stop it. Works with ``store=`` too: the final event holds
-    the whole ``Stop`` (``custom_metadata``). ``stop_of(session, invocation_id)`` is deprecated."""
-    if old:
-        message = "stop_of(session, invocation_id) is deprecated: use stop_of(session, invocation_id=...)"
-        warnings.warn(message, DeprecationWarning, stacklevel=2)
-        invocation_id = old[0]  # (and the old state key: the stop is read from the session's events)
+    ``on_stop="raise"``; ``None`` if the guard did not stop it; ``GuardSetupError`` for anything else. Works with
+    ``store=`` too: the final event holds the whole ``Stop`` (``custom_metadata``). 0.2's ``stop_of(session,
+    invocation_id, key)`` (``session=``, ``key=``) still works, with a ``DeprecationWarning``."""
+    if old or session is not None or key is not None:
+        message = "stop_of(session, invocation_id, key) is deprecated: use stop_of(session, invocation_id=...) (the"
+        warnings.warn(f"{message} stop is read from the events, whatever the state key)", DeprecationWarning, 2)
+        returned = session if session is not None else returned
+        invocation_id = old[0] if old else invocation_id
+    if len(old) > 2:
+        raise TypeError("stop_of(session, invocation_id=...) takes one positional argument, what run_async handed you")
     if isinstance(returned, BaseException):
         return GuardStopped.of(returned)
+    if not isinstance(returned, Event | Session | list | tuple):
+        wants = "stop_of takes what run_async handed you (its final Event, events, Session) or a RepeatGuardStopped"
+        raise GuardSetupError(f"{wants}; got {type(returned).__name__}")
     events = [returned] if isinstance(returned, Event) else list(getattr(returned, "events", returned))
     if invocation_id is None and events:
         invocation_id = events[-1].invocation_id

@@ -12,7 +12,7 @@ from langchain.agents.middleware.types import OmitFromInput, PrivateStateAttr
 from typing_extensions import NotRequired
 
 from repeat_hooks import GuardSetupError, GuardState, Stop
-from repeat_hooks.kit import ParsedStates, load
+from repeat_hooks.kit import GuardStopped, ParsedStates, load
 
 STATE_KEY = "repeat_guard"
 """The graph-state key holding ``GuardState.model_dump(mode="json")`` (digests and tool names, no arguments)."""
@@ -85,11 +85,16 @@ def guard_state_of(result: Mapping[str, Any]) -> GuardState:
     )
 
 
-def stop_of(result: Mapping[str, Any], /) -> Stop | None:
+def stop_of(result: Mapping[str, Any] | BaseException, /) -> Stop | None:
     """Why the guard ended the turn whose result this is (``Stop.reason``, ``Stop.message``), or ``None``: from what
     ``invoke`` / ``ainvoke`` returned, the last ``stream_mode="values"`` chunk, or ``agent.get_state(config).values``,
-    with a store too. An agent without the guard: ``GuardSetupError``."""
-    if isinstance(result, Mapping) and STOP_KEY in result:
+    with a store too; or the ``RepeatGuardStopped`` the run raised. An agent without the guard: ``GuardSetupError``."""
+    if isinstance(result, BaseException):
+        return GuardStopped.of(result)
+    if not isinstance(result, Mapping):
+        wants = "stop_of takes what invoke / ainvoke returned (the graph state, a dict) or a RepeatGuardStopped"
+        raise GuardSetupError(f"{wants}; got {type(result).__name__}")
+    if STOP_KEY in result:
         stop = result[STOP_KEY]
         return None if stop is None else Stop.model_validate(stop)
     return guard_state_of(result).turn.stop  # a checkpoint of 0.3.0, before the stop had a key of its own

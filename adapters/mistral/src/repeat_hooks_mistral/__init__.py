@@ -32,8 +32,8 @@ __getattr__ = moved(
     __name__,
     {
         **{name: f"repeat_hooks:{name}" for name in ("GuardEvent", "GuardState", "MemoryStore", "StateStore")},
-        "StoreDownStop": "repeat_hooks:Stop",
         **{name: f"repeat_hooks.messages:{name}" for name in ("STORE_DOWN_REFUSAL", "STORE_DOWN_STOP")},
     },
+    gone={"StoreDownStop": "every stop is a Stop: compare stop.reason == StopReason.STORE_UNAVAILABLE"},
 )
-"""0.2's names, now imported from ``repeat_hooks`` (``StoreDownStop``: a ``Stop``) or ``repeat_hooks.messages``."""
+"""0.2's names, now imported from ``repeat_hooks`` or ``repeat_hooks.messages`` (``StoreDownStop``: gone)."""

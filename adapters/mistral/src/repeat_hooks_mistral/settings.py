@@ -13,7 +13,7 @@ from typing import Any
 
 from mistralai.agents import agents
 
-from repeat_hooks import Policy
+from repeat_hooks import GuardSetupError, Policy, StateStore, TokenPrices
 from repeat_hooks.kit import GuardCore
 from repeat_hooks.stop_rules import Feed, HookPoint
 
@@ -75,6 +75,8 @@ class GuardClass(type):
         if name not in SETTINGS:
             return type.__setattr__(cls, name, value)
         before = cls.__dict__.get(name, _UNSET)
+        if name == "fail_closed" and before is not _UNSET:  # the fail the earlier one set is derived again
+            type.__delattr__(cls, "fail")
         type.__setattr__(cls, name, value)
         try:
             configure(cls)
@@ -105,13 +107,24 @@ def _check_name(owner: str, name: str, value: Any) -> None:
             f"{owner}.{name} is no longer a setting: write cost = TokenPrices(input_usd_per_million, "
             "output_usd_per_million) in a class body"
         )
-    if name in SETTINGS or name.startswith("__") or callable(value) or isinstance(value, staticmethod | classmethod):
+    if name in SETTINGS or name.startswith("__") or isinstance(value, staticmethod | classmethod):
         return
     if isinstance(value, Policy):
         raise TypeError(f"{owner}.{name} is a Policy the guard never reads: name it policy = Policy(...)")
-    close = difflib.get_close_matches(name, SETTINGS, n=1, cutoff=0.85)
-    if close:
-        raise TypeError(f"{owner}.{name} is not a guard setting: did you mean {close[0]} = {spell(value)}?")
+    close = difflib.get_close_matches(name, SETTINGS, n=1, cutoff=0.6)
+    fits = bool(close) and _fits(close[0], value)  # a value the close setting takes: a strong sign
+    if callable(value) and not fits:  # a method, or a helper of the subclass's own
+        return
+    if close and (fits or difflib.get_close_matches(name, close, cutoff=0.85)):
+        shown = spell(value) if value is None or isinstance(value, str | int | float | Policy) else "..."
+        raise TypeError(f"{owner}.{name} is not a guard setting: did you mean {close[0]} = {shown}?")
+
+
+def _fits(setting: str, value: Any) -> bool:
+    """Whether ``value`` is one the guard setting ``setting`` takes (``fail``'s ``"closed"``, a store...)."""
+    choices = {"fail": ("open", "closed"), "on_stop": ("reply", "raise")}.get(setting, ())
+    kind = {"store": StateStore, "cost": TokenPrices, "check_tools": bool, "fail_closed": bool}.get(setting)
+    return (isinstance(value, str) and value in choices) or (kind is not None and isinstance(value, kind))
 
 
 def configure(guard: Any) -> None:
@@ -121,12 +134,14 @@ def configure(guard: Any) -> None:
     for attribute, value in list(vars(guard).items()):
         _check_name(name, attribute, value)
     if "fail_closed" in vars(guard):
-        closed = vars(guard)["fail_closed"]
+        closed, fail = vars(guard)["fail_closed"], vars(guard).get("fail")
         if not isinstance(closed, bool):
             raise TypeError(f"{name}.fail_closed must be True or False, got {closed!r}: write fail = 'closed'")
-        warnings.warn(f'{name}.fail_closed is deprecated: use fail = "closed"', DeprecationWarning, stacklevel=4)
-        if "fail" not in vars(guard):
-            type.__setattr__(guard, "fail", "closed" if closed else "open")
+        implied = "closed" if closed else "open"
+        if fail not in (None, implied):
+            raise GuardSetupError(f"{name} sets fail_closed = {closed} and fail = {fail!r}: keep only fail = {fail!r}")
+        warnings.warn(f'{name}.fail_closed is deprecated: use fail = "{implied}"', DeprecationWarning, stacklevel=4)
+        type.__setattr__(guard, "fail", implied)
     if "state_name" not in vars(guard):
         type.__setattr__(guard, "state_name", f"{guard.__module__}.{guard.__qualname__}")
     _claim_state_name(guard)

@@ -11,8 +11,8 @@ from typing import Any, Protocol, TypeVar
 from mistralai.vibe.harness.app_server.session import SessionClient
 from mistralai.vibe_agents.sdk.transport.results import RunResult
 
-from repeat_hooks import GuardEvent, GuardState, MemoryStore, StateStore, Stop
-from repeat_hooks.kit import GuardCore
+from repeat_hooks import GuardEvent, GuardSetupError, GuardState, MemoryStore, StateStore, Stop
+from repeat_hooks.kit import GuardCore, GuardStopped
 
 logger = logging.getLogger("repeat_hooks_mistral")
 
@@ -50,16 +50,22 @@ class ClassStore(MemoryStore):
 
 
 async def stop_of(
-    returned: SessionClient | RunResult[Any] | str,
+    returned: SessionClient | RunResult[Any] | str | BaseException | None = None,
     /,
     *old: Any,
     guard: Guard | None = None,
     session: SessionClient | None = None,
     turn_id: str | None = None,
+    session_id: str | None = None,
 ) -> Stop | None:
     """How ``guard`` ended a turn of ``returned`` (a session: its latest turn, or ``turn_id``; a ``RunResult`` with
-    its ``session``: its turn; a session or ``request(...)`` conversation id), or ``None``. A turn this process
-    ended because the store was down reads as ``StopReason.STORE_UNAVAILABLE``; other reads raise its error."""
+    its ``session``: its turn; a session or ``request(...)`` conversation id), or ``None``; the ``RepeatGuardStopped``
+    ``Guard.run`` raised: its stop. A turn this process ended because the store was down reads as
+    ``StopReason.STORE_UNAVAILABLE``; other reads raise its error. Anything else: ``GuardSetupError``."""
+    if isinstance(returned, BaseException):
+        return GuardStopped.of(returned)
+    if session_id is not None:  # 0.2's keyword: read as 0.2's stop_of(Guard, session_id)
+        returned, old, guard = guard or returned, (session_id, *old), None  # type: ignore[assignment]
     found, key, turn_id = _where("stop_of", returned, old, guard, session, turn_id)
     return await found.core.stop_of(key, turn_id)
 
@@ -80,19 +86,18 @@ async def events_of(returned: SessionClient | str, /, *old: Any, guard: Guard | 
 def _where(
     verb: str, returned: Any, old: tuple[Any, ...], guard: Guard | None, session: Any, turn_id: str | None
 ) -> tuple[Guard, str, str | None]:
-    """The guard, the store key and the turn a reader names; ``verb(Guard, session_id[, turn_id])`` (0.2) warns."""
+    """The guard, the store key and the turn a reader names; 0.2's ``verb(Guard, session_id[, turn_id])`` warns.
+    ``GuardSetupError`` for what names no session, ``TypeError`` without a guard."""
     if isinstance(returned, type):
         warnings.warn(
             f"{verb}(Guard, session_id) is deprecated: use await {verb}(session, guard=Guard)",
             DeprecationWarning,
             stacklevel=3,
         )
-        guard, (returned, *rest) = returned, old  # type: ignore[assignment]
-        turn_id = rest[0] if rest else turn_id
+        guard, returned = returned, old[0] if old else None  # type: ignore[assignment]
+        turn_id = old[1] if len(old) > 1 else turn_id
     elif old:
         raise TypeError(f"{verb}() takes one positional argument, the session: await {verb}(session, guard=Guard)")
-    if guard is None:
-        raise TypeError(f"{verb}() needs the guard class: await {verb}(session, guard=ParcelGuard)")
     if isinstance(returned, RunResult):
         if session is None:
             raise TypeError(f"{verb}(result) needs the result's session: await {verb}(result, guard=..., session=...)")
@@ -103,5 +108,9 @@ def _where(
     if isinstance(returned, SessionClient):
         returned = returned.session_id
     if not isinstance(returned, str):
-        raise TypeError(f"{verb}() reads a session, a RunResult or a session id, not {type(returned).__name__}")
+        also = ", or a RepeatGuardStopped" if verb == "stop_of" else ""
+        wants = f"{verb} takes a session (agent.create_session()), a RunResult with session=, a session id{also}"
+        raise GuardSetupError(f"{wants}; got {type(returned).__name__}")
+    if guard is None:
+        raise TypeError(f"{verb}() needs the guard class: await {verb}(session, guard=ParcelGuard)")
     return guard, guard.state_key(returned), turn_id

@@ -119,11 +119,17 @@ Runs = Beside[Run]
 """What one guard keeps of each run, beside the run's ``Usage`` (by identity: it is unhashable), dropped with it."""
 
 
-def stop_of(result: RunResultBase | GuardStopped, /) -> Stop | None:
+def stop_of(result: RunResultBase | BaseException, /) -> Stop | None:
     """The guard's ``Stop`` when it ended the run ``result`` comes from (a ``RunResult``, a finished
-    ``RunResultStreaming``, or the ``RepeatGuardStopped`` it raised); ``None`` when the run ended otherwise."""
-    if isinstance(result, GuardStopped):
-        return result.stop
+    ``RunResultStreaming``, or the ``RepeatGuardStopped`` it raised); ``None`` when the run ended otherwise; anything
+    else: ``GuardSetupError``."""
+    if isinstance(result, BaseException):
+        return GuardStopped.of(result)
+    if not isinstance(result, RunResultBase):
+        from .guard import GuardSetupError  # (guard.py imports this module)
+
+        wants = "stop_of takes what Runner.run returned (a RunResult) or a RepeatGuardStopped"
+        raise GuardSetupError(f"{wants}; got {type(result).__name__}")
     runs = getattr(getattr(result.last_agent, "hooks", None), "runs", None)
     run = runs.get(result.context_wrapper.usage) if isinstance(runs, Beside) else None
     stop = None if run is None else run.stop

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from pydantic_ai import capabilities as caps
 from pydantic_ai import exceptions as errors
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.durable_exec import conversation_id_from_run_id
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
 from pydantic_ai.output import OutputContext
@@ -38,6 +39,11 @@ from .calls import asked, decided_calls, denied, failure_view, model_view, regis
 from .state import Run, as_return, last_turn, mark_edited, rebuild, stamp, stop_of, stop_response
 
 OWNER = "RepeatGuard"
+NO_CONVERSATION = (
+    "RepeatGuard(store=...) keeps each conversation's counts under its conversation id, and this run names none: "
+    "pass agent.run(..., conversation_id=...) (a run given its message_history= inherits it), or run it inside "
+    "repeat_hooks.kit.request(conversation_id=...)"
+)
 _CONTROL_FLOW = (errors.CallDeferred, errors.ApprovalRequired, errors.SkipToolExecution)  # not outcomes
 
 
@@ -123,6 +129,10 @@ class RepeatGuard(AbstractCapability[Any]):
             "all the settings (a run's capabilities=[RepeatGuard(...)] replaces the agent's)."
         )
 
+    def get_default_conversation_id(self, run_id: str) -> str | None:
+        """With a store, the conversation id of a run that names none: one ``before_run`` tells from a named one."""
+        return conversation_id_from_run_id(run_id) if self.core.store is not None else None
+
     @property
     def policy(self) -> Policy:
         return self.core.policy
@@ -164,8 +174,11 @@ class RepeatGuard(AbstractCapability[Any]):
         found, start = last_turn(ctx.messages) if ctx.prompt is None else (None, len(ctx.messages))
         resumed = found is not None or start < len(ctx.messages)
         run.turn_id, run.fresh = self.core.turn_id(found or ctx.run_id), not resumed
-        if self.core.store is not None:
-            run.key = self.core.conversation_id(ctx.conversation_id) or str(ctx.run_id)
+        if self.core.store is not None:  # a conversation id pydantic-ai made up for this run names none
+            unnamed = ctx.conversation_id == conversation_id_from_run_id(str(ctx.run_id))
+            run.key = self.core.conversation_id(None if unnamed else ctx.conversation_id)
+            if run.key is None:
+                raise GuardSetupError(NO_CONVERSATION)
         elif resumed:  # rebuilt at the first hook that knows the tools
             run.history = (list(ctx.messages), start)
             return

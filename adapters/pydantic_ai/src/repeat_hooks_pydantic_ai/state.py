@@ -57,10 +57,16 @@ def stop_response(stop: Stop, turn_id: str | None = None) -> ModelResponse:
 
 def stop_of(result: Any, /) -> Stop | None:
     """The guard's ``Stop`` if it ended this run, else ``None``: of a run result (anything with ``all_messages()``),
-    a ``RepeatGuardStopped``, or a saved history (its last run's). The whole ``Stop`` is in the messages."""
-    if isinstance(result, GuardStopped):
-        return result.stop
+    a ``RepeatGuardStopped``, or a saved history (its last run's). The whole ``Stop`` is in the messages. Anything
+    else: ``GuardSetupError``."""
+    if isinstance(result, BaseException):
+        return GuardStopped.of(result)
     messages: Sequence[ModelMessage] = result.all_messages() if hasattr(result, "all_messages") else result
+    if not isinstance(messages, Sequence) or isinstance(messages, str):
+        from .guard import GuardSetupError  # (guard.py imports this module)
+
+        wants = "stop_of takes what agent.run returned (an AgentRunResult), its messages, or a RepeatGuardStopped"
+        raise GuardSetupError(f"{wants}; got {type(result).__name__}")
     last = next((message for message in reversed(messages) if isinstance(message, ModelResponse)), None)
     found = (last.provider_details or {}).get(STOP_KEY) if last and last.provider_name == GUARD_NAME else None
     return None if found is None else Stop.model_validate(found)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
@@ -213,14 +214,15 @@ class Driver:
             agent = _orchestrator(scenario, box, cursors, branch_seen, self.store)
         history: list[ModelMessage] = []
         outcomes: list[kit.TurnOutcome] = []
+        conversation = f"kit-{uuid.uuid4().hex}"  # a store keeps the counts under it
         for number, turn in enumerate(scenario.turns):
             for cursor in cursors:
                 cursor.start_turn(number)
             branch_seen.clear()
             if self.pause_after is None:
-                result = agent.run_sync(turn.message, message_history=history)
+                result = agent.run_sync(turn.message, message_history=history, conversation_id=conversation)
             else:
-                paused = asyncio.run(pause(agent, turn.message, history, self.pause_after))
+                paused = asyncio.run(pause(agent, turn.message, history, self.pause_after, conversation))
                 result = paused if not isinstance(paused, list) else agent.run_sync(message_history=paused)
             while isinstance(result.output, DeferredToolRequests):
                 answers: dict[str, bool | ToolApproved | ToolDenied] = {
@@ -282,7 +284,7 @@ def _orchestrator(
 
     def branch(agent: Agent[None, Any], name: str) -> Tool[None]:
         async def ask(ctx: RunContext[None]) -> str:
-            result = await agent.run("Go.", usage=ctx.usage)
+            result = await agent.run("Go.", usage=ctx.usage, conversation_id=f"{name}-{uuid.uuid4().hex}")
             seen.extend(tool_returns_of(result.all_messages()))
             return str(result.output)
 
@@ -320,12 +322,16 @@ def texts_of(messages: Sequence[ModelMessage]) -> list[str]:
 
 
 async def pause(
-    agent: Agent[None, Any], prompt: str, history: list[ModelMessage], tool_steps: int
+    agent: Agent[None, Any],
+    prompt: str,
+    history: list[ModelMessage],
+    tool_steps: int,
+    conversation_id: str | None = None,
 ) -> AgentRunResult[Any] | list[ModelMessage]:
     """Run a turn with ``iter``; broken off at its ``tool_steps``-th ``CallToolsNode``: the messages so far,
     else (it ended first) its result."""
     steps = 0
-    async with agent.iter(prompt, message_history=history) as run:
+    async with agent.iter(prompt, message_history=history, conversation_id=conversation_id) as run:
         async for node in run:
             if isinstance(node, CallToolsNode):
                 steps += 1

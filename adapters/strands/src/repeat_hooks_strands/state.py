@@ -9,11 +9,11 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from strands.agent import AgentResult
+from strands.agent import Agent, AgentResult
 from strands.hooks import AgentInitializedEvent
 
 from repeat_hooks import GuardSetupError, GuardState, Stop
-from repeat_hooks.kit import GuardCore, ParsedStates, load
+from repeat_hooks.kit import GuardCore, GuardStopped, ParsedStates, load
 
 if TYPE_CHECKING:
     from strands.types.agent import LocalAgent
@@ -34,18 +34,29 @@ def read_state(agent: LocalAgent, key: str = STATE_KEY) -> GuardState:
 
 
 def stop_of(
-    returned: AgentResult | LocalAgent, /, *old: str, turn_id: str | None = None, key: str = STATE_KEY
+    returned: AgentResult | LocalAgent | BaseException | None = None,
+    /,
+    *old: str,
+    turn_id: str | None = None,
+    key: str = STATE_KEY,
+    agent: LocalAgent | None = None,
 ) -> Stop | None:
     """How the guard stopped a turn; ``None`` if it did not. ``returned``: the ``AgentResult`` an invocation
-    returned (its own turn; works with ``store=`` too), or the ``Agent`` (its latest turn, or turn ``turn_id``
-    while its stop is kept, from ``agent.state[key]``). Raises ``GuardSetupError`` for an agent whose guard keeps
-    its states in a ``store=``: read the ``AgentResult`` then."""
-    if old:
-        warnings.warn("stop_of(agent, turn_id) is deprecated: use stop_of(agent, turn_id=...)", DeprecationWarning, 2)
-        turn_id, key = old[0], old[1] if len(old) > 1 else key
+    returned (its own turn; works with ``store=`` too), the ``RepeatGuardStopped`` it raised, or the ``Agent`` (its
+    latest turn, or turn ``turn_id`` while its stop is kept, from ``agent.state[key]``). Raises ``GuardSetupError``
+    for anything else, and for an agent whose guard keeps its states in a ``store=``: read the ``AgentResult``."""
+    if old or agent is not None:
+        spelt = "stop_of(agent=agent)" if agent is not None else "stop_of(agent, turn_id)"
+        warnings.warn(f"{spelt} is deprecated: use stop_of(agent, turn_id=...)", DeprecationWarning, 2)
+        returned, turn_id, key = agent or returned, old[0] if old else turn_id, old[1] if len(old) > 1 else key
+    if isinstance(returned, BaseException):
+        return GuardStopped.of(returned)
     if isinstance(returned, AgentResult):
         whole = returned.state.get(STATE_KEY) if isinstance(returned.state, dict) else None
         return None if whole is None else Stop.model_validate(whole)
+    if not isinstance(returned, Agent):
+        wants = "stop_of takes what agent(...) returned (an AgentResult), the Agent, or a RepeatGuardStopped"
+        raise GuardSetupError(f"{wants}; got {type(returned).__name__}")
     guards = [
         getattr(callback, "__self__", None)
         for callback in returned.hooks.get_callbacks_for(AgentInitializedEvent(agent=returned))
