@@ -259,6 +259,17 @@ class GuardCore:
         ``None`` (for ``None`` or ``""``)."""
         return current_request().conversation_id or _text(default)
 
+    @staticmethod
+    def key(conversation: str | None, agent: object = None) -> str | None:
+        """The store key of one guarded agent's state in ``conversation``: ``<conversation>/<agent>`` (the agent's
+        name, as text), so that two guarded agents serving one conversation through one store (a router's two
+        agents in one request) keep their counts apart; the conversation alone for an agent with no name; ``None``
+        without a conversation."""
+        if conversation is None:
+            return None
+        name = _text(agent)
+        return conversation if name is None else f"{conversation}/{name}"
+
     def turn_id(self, default: object = None) -> str | None:
         """The turn the caller named (``request(turn_id=...)``), else ``default`` as text, else ``None``."""
         return current_request().turn_id or _text(default)

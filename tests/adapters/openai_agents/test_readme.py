@@ -57,7 +57,7 @@ def test_the_store_block_runs_as_written(capsys: pytest.CaptureFixture[str]) -> 
     BLOCKS.run(STORE, namespace=namespace)
 
     assert capsys.readouterr().out.startswith("I stopped: I kept calling track_parcel")
-    state = asyncio.run(namespace["store"].load("chat-42"))
+    state = asyncio.run(namespace["store"].load("chat-42/parcel-tracker"))  # the conversation, the agent
     assert state is not None and state.turn.id == "req-1" and state.turn.refusals == 3
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from agents import Agent, Runner
+from agents import Agent, Runner, function_tool
 from repeat_hooks_openai_agents import (
     GuardSetupError,
     RepeatGuardStopped,
@@ -54,13 +54,13 @@ async def test_the_counts_live_in_the_store_under_the_conversations_id(carrier: 
 
     assert result.final_output == STOPPED and carrier.calls == ["FR-7731"] * 2
     assert stop_of(result) is not None and stop_of(result).reason is StopReason.IGNORED_REFUSALS  # type: ignore[union-attr]
-    state = await store.load("chat-42")
+    state = await store.load("chat-42/parcel-tracker")  # the conversation, and the agent guard_agent guarded
     assert state is not None and state.turn.id == "turn-1" and state.turn.refusals == 3
     assert state.turn.stop is not None and state.turn.stop.message == STOPPED
 
     with request(conversation_id="chat-42", turn_id="req-7"):  # a caller's turn id names the turn
         await Runner.run(agent, "And now?")
-    state = await store.load("chat-42")
+    state = await store.load("chat-42/parcel-tracker")
     assert state is not None and state.turn.id == "req-7" and state.turn.number == 2
 
 
@@ -82,8 +82,36 @@ async def test_two_guards_on_one_sqlite_store_share_a_conversations_counts(carri
         "Refused: you already called track_parcel with these exact arguments 2 times"
     )
     assert result.final_output == "Done."
-    state = await store.load("chat-7")
+    state = await store.load("chat-7/parcel-tracker")
     assert state is not None and state.turn.number == 1 and state.turn.refusals == 1
+
+
+async def test_two_guarded_agents_serving_one_conversation_keep_their_counts_apart(
+    carrier: Any, tmp_path: Path
+) -> None:
+    """A router's request: the tracker, then a billing agent with its own policy, one store, one conversation id.
+    The billing agent must not answer with the tracker's stop."""
+    store = SQLiteStore(tmp_path / "states.db")
+    tracking = tracker(ScriptedModel(then=keep_calling("track_parcel", ARGS)), carrier, store=store, **SEED_004)
+    refunds: list[str] = []
+
+    @function_tool
+    def refund(order: str) -> str:
+        """Refund an order."""
+        refunds.append(order)
+        return f"refunded {order}"
+
+    billing_model = ScriptedModel([tool_call("refund", {"order": "9"}, "r1")], [message("Refunded.")])
+    billing = guard_agent(Agent(name="billing", model=billing_model, tools=[refund]), store=store, max_calls=1)
+    with request(conversation_id="chat-1", turn_id="req-1"):
+        stopped = await Runner.run(tracking, "Where is my parcel?")
+        result = await Runner.run(billing, "Refund order 9")
+
+    assert stop_of(stopped) is not None and stop_of(result) is None
+    assert result.final_output == "Refunded." and refunds == ["9"]
+    assert {await store.load("chat-1/parcel-tracker") is not None, await store.load("chat-1/billing") is not None} == {
+        True
+    }
 
 
 async def test_a_store_that_is_down_fails_closed_the_tool_does_not_run(carrier: Any) -> None:

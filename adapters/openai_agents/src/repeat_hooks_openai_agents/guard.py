@@ -30,6 +30,7 @@ from repeat_hooks.kit import (
     GuardCore,
     GuardStopped,
     OnStop,
+    Slot,
     Stopwatch,
     common,
     tool_call,
@@ -113,7 +114,7 @@ def guard_agent(
     """
     spelling = "guard_agent(agent, Policy(...))"
     core = GuardCore(policy, settings, owner=_OWNER, spelling=spelling, error=GuardSetupError, **common(locals()))
-    guarding = _Guarding(RepeatGuardHooks(core))
+    guarding = _Guarding(RepeatGuardHooks(core, name=agent.name))
     guarded = guarding.agent(agent)
     _check_reach(core.policy, [clone for _, clone in guarding.done.values()])
     return guarded
@@ -123,8 +124,10 @@ class RepeatGuardHooks(AgentHooks[Any]):
     """A guarded agent's hooks: the guard's ``core``, the ``runs`` it keeps (one per guard, shared by the agents it
     guards: it serves concurrent runs), and the agent's own hooks (``inner``), called after the guard's work."""
 
-    def __init__(self, core: GuardCore, inner: AgentHooks[Any] | None = None) -> None:
+    def __init__(self, core: GuardCore, inner: AgentHooks[Any] | None = None, *, name: str | None = None) -> None:
         self.core, self.runs, self.inner = core, Runs(), inner
+        self.name = name
+        """The agent ``guard_agent`` guarded: its conversations' store keys are ``<conversation>/<name>``."""
         self.agents: list[weakref.ref[Agent[Any]]] = []
         """The guarded clones, for the tool-name check (``checked[0]`` once done)."""
         self.checked = [False]
@@ -206,7 +209,10 @@ class RepeatGuardHooks(AgentHooks[Any]):
     def _start(self, context: RunContextWrapper[Any], *, resumed: bool) -> Run:
         """Keep a new run: where its conversation's state lives (``NO_CONVERSATION``, ``MissingGuard`` if nowhere)."""
         core = self.core
-        where = core.conversation_id() if core.store is not None else InContext(require_state(context.context))
+        if core.store is not None:
+            where: str | Slot | None = core.key(core.conversation_id(), self.name)
+        else:
+            where = InContext(require_state(context.context))
         if where is None:
             raise GuardSetupError(NO_CONVERSATION)
         conversation = core.conversation_id(getattr(get_current_trace(), "group_id", None))
