@@ -728,3 +728,9 @@ def test_a_batch_claims_by_arguments_and_settles_by_the_object_the_sdk_hands_bac
     assert batch.settle("track", "other-id", given=block) is decided[2]  # the very object, whatever the id says
     assert batch.settle("track", "same", {"n": 0}) is decided[0]
     assert batch.settle("track", "same", claimed=False) is decided[1]  # a post hook with no pre hook before
+
+
+def test_a_store_key_names_the_conversation_and_the_guarded_agent() -> None:
+    assert GuardCore.key("chat-1", "billing") == "chat-1/billing"
+    assert GuardCore.key("chat-1", None) == "chat-1" and GuardCore.key("chat-1", "") == "chat-1"
+    assert GuardCore.key(None, "billing") is None and GuardCore.key("chat-1", 7) == "chat-1/7"
