@@ -265,3 +265,38 @@ def test_fresh_ids_change_only_their_ids_and_time() -> None:
     assert first["request_id"] != second["request_id"] and str(uuid.UUID(first["request_id"])) == first["request_id"]
     assert first["trace"] != second["trace"] and re.fullmatch("[0-9a-f]{40}", first["trace"])
     assert set(first) == {"status", "request_id", "trace", "checked_at"}
+
+
+def test_the_retry_harness_in_one_process_a_crash_then_its_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each role of ``python -m repeat_hooks.kit.conformance`` run here, the crash's ``os._exit`` caught: the first
+    role dies right after the order's run is counted, the retry tracks on and refuses the order, and what it
+    wrote is what ``run_retried`` reads back."""
+    import json
+
+    from repeat_hooks.kit import conformance
+
+    class Died(BaseException):
+        pass
+
+    def exit_now(code: int) -> None:
+        raise Died(code)
+
+    monkeypatch.setattr(conformance.os, "_exit", exit_now)
+    monkeypatch.syspath_prepend(str(HERE))
+    roles = ["test_conformance:ReferenceDriver", RETRIED.name, str(tmp_path)]
+    with pytest.raises(Died) as died:
+        conformance._main([*roles, "crash"])
+    assert died.value.args == (conformance.CRASH_EXIT,)
+    assert json.loads((tmp_path / "runs.json").read_text()) == {"track_parcel": 1, "place_order": 1}
+    assert conformance._main([*roles, "retry"]) == 0
+    saved = json.loads((tmp_path / "outcome.json").read_text())
+    assert saved["stop"] is None and saved["seen"][1].startswith("Refused: place_order with these exact arguments")
+    box = conformance.SharedToolBox(RETRIED, tmp_path, crash=False)
+    assert box.runs == {"track_parcel": 2, "place_order": 1}
+    outcome = TurnOutcome(**{**saved, "stop": None})
+    check_retried(RETRIED, conformance.CRASH_EXIT, outcome, box)
+    with pytest.raises(AssertionError, match="the first process exited 0, not at the crash"):
+        check_retried(RETRIED, 0, outcome, box)
+    assert box.run("track_parcel", "FR-7731") == "FR-7731: in transit" and box.runs["track_parcel"] == 3
