@@ -5,6 +5,7 @@ process killed mid-update: ``tests/deploy/test_sqlite_store.py``.)"""
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 import threading
 import time
@@ -93,3 +94,26 @@ def test_threads_lose_no_counts_and_observers_hear_each_commit_once(tmp_path: Pa
     state = asyncio.run(store.load("s"))
     assert state is not None and list(state.turn.counts.values()) == [200]
     assert sum(type(seen).__name__ == "ToolCallDecided" for seen in heard) == 200
+
+
+def test_max_sessions_is_at_least_one(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"SQLiteStore\(max_sessions=\.\.\.\) must be at least 1, got 0"):
+        SQLiteStore(tmp_path / "x.db", max_sessions=0)
+    one = SQLiteStore(tmp_path / "one.db", max_sessions=1)
+    one.update_now("a", lambda state: None)
+    one.update_now("b", lambda state: None)
+    assert len(one) == 1
+
+
+async def test_a_table_someone_else_dropped_is_an_outage_naming_the_file(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "states.db"
+    store = SQLiteStore(path)
+    store.update_now("c1", lambda state: None)
+    with sqlite3.connect(path) as other:
+        other.execute("DROP TABLE repeat_hooks_states")
+    with pytest.raises(StoreUnavailable, match=rf"^SQLiteStore {re.escape(str(path))}: no such table"):
+        store.update_now("c1", lambda state: None)
+    with pytest.raises(StoreUnavailable, match=rf"^SQLiteStore {re.escape(str(path))}: no such table"):
+        await store.load("c1")
