@@ -20,9 +20,9 @@ import logging
 import math
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, PrivateAttr, SecretBytes, field_serializer, field_validator, model_validator
 
@@ -223,7 +223,7 @@ class Policy(WholeModel):
         """
         if turn_id is None:
             state.start(None)
-            _told(state, TurnStarted(_position(state.turn)))
+            _told(state, TurnStarted, state.turn)
         else:
             _turn_of(state, turn_id)
 
@@ -291,7 +291,7 @@ class Policy(WholeModel):
         if found is False:
             return
         self._record(turn, call, ok, result, found)
-        _told(state, ToolResultRecorded(_position(turn), call, ok, result))
+        _told(state, ToolResultRecorded, turn, call, ok, result)
 
     def record_rejection(self, state: GuardState, call: ToolCall, *, turn_id: str | None = None) -> None:
         """A call decided to run did not run after all (a human or another guardrail rejected it): it waits for
@@ -347,10 +347,10 @@ class Policy(WholeModel):
                 stop = Stop(message=render(template, tool, value, limit), reason=reason)
                 turn.stop = stop
                 event = self._event(state, "stop", reason, tool, value, limit, message=stop.message)
-                _told(state, ModelCallDecided(_position(turn), stop, event))
+                _told(state, ModelCallDecided, turn, stop, event)
                 return stop
         state.next_response()
-        _told(state, ModelCallDecided(_position(turn), None, None))
+        _told(state, ModelCallDecided, turn, None, None)
         return None
 
     def record_model_call(
@@ -376,7 +376,7 @@ class Policy(WholeModel):
         seconds, cost_usd = _as_figure(seconds, "seconds"), _as_figure(cost_usd, "cost_usd")
         turn.model_seconds = min(turn.model_seconds + seconds, _LARGEST)
         turn.cost_usd = min(turn.cost_usd + cost_usd, _LARGEST)
-        _told(state, ModelCallRecorded(_position(turn), seconds, cost_usd))
+        _told(state, ModelCallRecorded, turn, seconds, cost_usd)
 
     # -- how a call is decided ----------------------------------------------------------------------
 
@@ -480,13 +480,14 @@ class Policy(WholeModel):
         if not ok and not self.count_failures:
             counting.uncount(self, turn, key)
         if progress:
-            counting.record_progress(self, turn, call, key, ok, result, self._secret)
+            secret = self.__pydantic_private__["_secret"]  # type: ignore[index]  # as in _check_key
+            counting.record_progress(self, turn, call, key, ok, result, secret)
 
     def _check_key(self, state: GuardState) -> None:
         """A state first met under this policy's ``digest_key``: take it if it holds no digests yet, else refuse
         it loudly (its digests were made under another key, or none, and would never match again)."""
         # The private attributes are read from pydantic's dict: its __getattr__ costs a microsecond a read.
-        if state.key_id == cast("dict[str, Any]", self.__pydantic_private__)["_secret_id"]:
+        if state.key_id == self.__pydantic_private__["_secret_id"]:  # type: ignore[index]
             return
         turn = state.turn
         if turn.counts or turn.marks or turn.runs or any(delivery.key for delivery in state.deliveries.values()):
@@ -506,7 +507,7 @@ class Policy(WholeModel):
             call.arguments,
             by_arguments=by_arguments,
             ignore=self.ignore_arguments,
-            key=cast("dict[str, Any]", self.__pydantic_private__)["_secret"],  # as in _check_key
+            key=self.__pydantic_private__["_secret"],  # type: ignore[index]  # as in _check_key
         )
 
     def _refusal(self, tool: str, number: int, kind: RefusalKind) -> Refusal:
@@ -566,15 +567,16 @@ def _turn_of(state: GuardState, turn_id: Any) -> Turn:
         if turn_id != turn.id:
             state.start(turn_id)
             turn = state.turn
-            _told(state, TurnStarted(_position(turn)))
+            _told(state, TurnStarted, turn)
     return turn
 
 
-def _told(state: GuardState, observation: Any) -> None:
-    """Leave ``observation`` on a listening state for whoever commits it (nothing, when it is not listening)."""
+def _told(state: GuardState, kind: Callable[..., Any], turn: Turn, *fields: Any) -> None:
+    """Leave the observation ``kind(<where in turn>, *fields)`` on a listening state for whoever commits it; when
+    it is not listening, nothing (not even the observation is made: most states are not)."""
     news = state.news
     if news is not None:
-        news.append(observation)
+        news.append(kind(_position(turn), *fields))
 
 
 def _position(turn: Turn) -> Where:

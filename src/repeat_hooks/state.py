@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, MutableMapping
-from typing import Annotated, Any, NamedTuple, cast
+from typing import Annotated, Any, NamedTuple
 
 from pydantic import (
     BaseModel,
@@ -291,7 +291,7 @@ class GuardState(WholeModel):
     @property
     def news(self) -> list[Observation] | None:
         """While the state is listening, the observations the policy made on it since ``listen``; else ``None``."""
-        news: list[Observation] | None = cast("dict[str, Any]", self.__pydantic_private__)["_news"]  # fast: no getattr
+        news: list[Observation] | None = self.__pydantic_private__["_news"]  # type: ignore[index]  # no getattr
         return news
 
     def listen(self) -> None:
