@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import pytest
@@ -12,6 +13,11 @@ from repeat_hooks.call import MAX_ARGUMENT_CHARS, call_key, canonical_arguments
 from repeat_hooks.messages import REFUSE_FORBIDDEN
 
 SEARCH = ToolCall("search", {"q": "hammock"})
+
+
+def mutating() -> bool:
+    """Under mutmut, whose trampoline adds a frame: a warning then names the trampoline's line, not the caller's."""
+    return "MUTANT_UNDER_TEST" in os.environ
 
 
 def other(n: int) -> ToolCall:
@@ -650,7 +656,8 @@ def test_the_old_withdraw_verb_names_the_callers_line_and_keeps_the_turn() -> No
     policy.decide_tool_call(state, call, turn_id="t1")
     with pytest.warns(DeprecationWarning) as seen:
         policy.withdraw_tool_call(state, call, turn_id="t1")
-    assert seen[0].filename == __file__ and state.turn.id == "t1"
+    assert seen[0].filename == __file__ or mutating(), "the warning names the caller's line"
+    assert state.turn.id == "t1"
     assert next(iter(state.turn.marks.values())).outcome == "-"
 
 
