@@ -224,3 +224,15 @@ def test_the_kit_loads_each_name_from_its_module_when_first_asked() -> None:
     with pytest.raises(AttributeError, match=r"^module 'repeat_hooks\.kit' has no attribute 'Bacth'$"):
         kit.Bacth  # noqa: B018
     assert {"GuardCore", "Batch", "request"} <= set(dir(kit))
+
+
+def test_the_stores_wing_imports_its_embedded_and_shared_stores_when_first_asked() -> None:
+    from repeat_hooks import stores
+    from repeat_hooks.stores.redis import RedisStore
+    from repeat_hooks.stores.sqlite import SQLiteStore
+
+    for name, store in (("SQLiteStore", SQLiteStore), ("RedisStore", RedisStore)):
+        vars(stores).pop(name, None)  # as in a fresh process
+        assert getattr(stores, name) is store and vars(stores)[name] is store
+    with pytest.raises(AttributeError, match=r"^module 'repeat_hooks\.stores' has no attribute 'SqliteStore'$"):
+        stores.SqliteStore  # noqa: B018
