@@ -161,7 +161,16 @@ def test_02_code_comparing_a_refusals_reason_with_repeated_call_still_finds_ever
     with pytest.deprecated_call(match="use a RefusalKind"):
         assert not StopReason.REPEATED_CALL != RefusalKind.CYCLE  # noqa: SIM202 (its own __ne__ is tested)
     assert refusal.reason == RefusalKind.REPEAT and refusal.reason != RefusalKind.CYCLE and refusal.reason == "repeat"
+    with pytest.deprecated_call(match="use a RefusalKind"):
+        assert not refusal.reason != StopReason.REPEATED_CALL  # noqa: SIM202 (its own __ne__ is tested)
     assert StopReason.COST == "cost" and StopReason.COST != StopReason.TIME  # stops compare as before
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # only the 0.2 comparison warns
+        assert StopReason.COST != RefusalKind.REPEAT and not StopReason.TIME == RefusalKind.CYCLE  # noqa: SIM201
+        assert RefusalKind.CYCLE != StopReason.COST
+        assert RefusalKind.CYCLE != "repeat"
 
 
 def test_each_hook_point_is_a_method_of_the_hook_and_the_other_way_round() -> None:
