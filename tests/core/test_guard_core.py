@@ -19,6 +19,7 @@ from repeat_hooks import (
     Policy,
     Refusal,
     RefusalKind,
+    StateCorrupt,
     Stop,
     StopReason,
     StoreUnavailable,
@@ -734,3 +735,22 @@ def test_a_store_key_names_the_conversation_and_the_guarded_agent() -> None:
     assert GuardCore.key("chat-1", "billing") == "chat-1/billing"
     assert GuardCore.key("chat-1", None) == "chat-1" and GuardCore.key("chat-1", "") == "chat-1"
     assert GuardCore.key(None, "billing") is None and GuardCore.key("chat-1", 7) == "chat-1/7"
+
+
+def test_parsed_states_read_what_was_written_else_parse_and_say_where() -> None:
+    states = ParsedStates()
+    assert states.size == 1024
+    state = GuardState()
+    raw = state.model_dump_json()
+    states.keep(raw, state, version=1)
+    assert states.peek(raw, where="x", version=1) is state and states.peek(raw, where="x", version=1) is state
+    assert states.peek(raw, where="x", version=2) is not state  # another version: parsed
+    same_text = "".join(raw)  # equal text, another object: parsed, never taken for the kept one
+    assert same_text is not raw and states.take(same_text, where="x", version=1) is not state
+    assert states.take(raw, where="x", version=1) is state
+    for method in (states.take, states.peek):
+        with pytest.raises(StateCorrupt, match=r"^repeat-hooks: agent\.state\['repeat_hooks'\]: the stored"):
+            method("not a state", where="agent.state['repeat_hooks']")
+    states.keep(raw, state)
+    states.keep(raw, GuardState())  # kept again: replaces, not a second entry
+    assert len(states) == 1
