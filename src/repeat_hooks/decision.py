@@ -35,18 +35,6 @@ class StopReason(str, Enum):
     def __str__(self) -> str:
         return self.value
 
-    def __eq__(self, other: object) -> bool:
-        if self is StopReason.REPEATED_CALL and isinstance(other, RefusalKind):
-            return _old_reason()
-        return str.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        if self is StopReason.REPEATED_CALL and isinstance(other, RefusalKind):
-            return not _old_reason()
-        return str.__ne__(self, other)
-
-    __hash__ = str.__hash__
-
 
 class RefusalKind(str, Enum):
     """Which rule refused a call: a ``Refusal``'s reason. Each kind has its own text (``messages``)."""
@@ -80,30 +68,6 @@ class RefusalKind(str, Enum):
 
     def __str__(self) -> str:
         return self.value
-
-    def __eq__(self, other: object) -> bool:
-        if other is StopReason.REPEATED_CALL:
-            return _old_reason()
-        return str.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        if other is StopReason.REPEATED_CALL:
-            return not _old_reason()
-        return str.__ne__(self, other)
-
-    __hash__ = str.__hash__
-
-
-def _old_reason() -> bool:
-    """0.2's ``refusal.reason == StopReason.REPEATED_CALL``: true of every refusal then, so true now, with a warning
-    (a ``Refusal``'s reason is its ``RefusalKind`` since 0.3)."""
-    warnings.warn(
-        "comparing a refusal's reason with StopReason.REPEATED_CALL is deprecated: use a RefusalKind "
-        "(RefusalKind.REPEAT, ...)",
-        DeprecationWarning,
-        stacklevel=3,  # the line comparing
-    )
-    return True
 
 
 def _moved(old: str, new: str) -> None:

@@ -139,7 +139,6 @@ class DictStore:
 
     def __init__(self) -> None:
         self.rows: dict[str, str] = {}
-        self.committed: list[str] = []  # what was in the row when an observer heard
 
     async def update(self, key: str, change: Any) -> Any:
         state = GuardState.model_validate_json(self.rows[key]) if key in self.rows else GuardState()
@@ -163,6 +162,34 @@ async def test_a_store_that_tells_nobody_is_heard_through_the_core_after_it_comm
         remove()
     assert refusal is not None and refusal.reason is RefusalKind.REPEAT
     assert heard == [("ToolCallDecided", True)] * 2  # once each, and only once the row was written
+
+
+async def test_a_change_that_raises_through_a_store_that_tells_nobody_leaves_it_heard_next_time() -> None:
+    class KeepingStore(DictStore):  # keeps its state objects, as an in-memory store of a user's may
+        def __init__(self) -> None:
+            super().__init__()
+            self.states: dict[str, GuardState] = {}
+
+        async def update(self, key: str, change: Any) -> Any:
+            return change(self.states.setdefault(key, GuardState()))
+
+    store = KeepingStore()
+    core = GuardCore(owner="Guard", store=store)  # type: ignore[arg-type]
+    heard: list[Observation] = []
+    remove = add_observer(heard.append)
+
+    def broken(state: GuardState) -> None:
+        core.policy.decide_tool_call(state, CALL)
+        raise KeyError("adapter bug")
+
+    try:
+        with pytest.raises(KeyError):
+            await core.update("c1", broken, outage=None)
+        assert heard == [] and store.states["c1"].news is None  # nothing told, no longer listening
+        await core.update("c1", lambda state: core.policy.decide_tool_call(state, CALL), outage=None)
+    finally:
+        remove()
+    assert [type(seen).__name__ for seen in heard] == ["ToolCallDecided"]
 
 
 async def test_an_outage_fails_open_or_closed_and_is_logged_and_observed(
@@ -265,6 +292,11 @@ def test_a_request_names_the_conversation_and_turn_over_the_sdks_own() -> None:
     assert current_request().turn_id is None
     with request(turn_id="req-2"), request(conversation_id="conv-10"):  # an inner block keeps the outer's turn
         assert current_request() == Request("conv-10", "req-2")
+    with request(conversation_id="chat-A", turn_id="req-1"):
+        with request(conversation_id="chat-B"):  # another conversation: not chat-A's turn
+            assert current_request() == Request("chat-B", None)
+        with request(conversation_id="chat-A"), request(turn_id=None):
+            assert current_request() == Request("chat-A", "req-1")
 
 
 def test_hints_are_only_what_annotations_say_explicitly() -> None:

@@ -146,31 +146,19 @@ def test_the_renamed_verb_and_fields_still_work_with_a_warning() -> None:
     assert refusal.reason is RefusalKind.CYCLE  # a refusal saved by 0.2
 
 
-def test_02_code_comparing_a_refusals_reason_with_repeated_call_still_finds_every_refusal() -> None:
-    """0.2: ``refusal.reason`` was ``StopReason.REPEATED_CALL`` whatever the rule; 0.3: the rule's ``RefusalKind``.
-    Old comparisons keep their meaning for one release, with a warning naming the new spelling."""
+def test_a_refusals_reason_is_its_rule_and_never_equals_a_stop_reason() -> None:
+    """0.3: a refusal's reason is the rule's ``RefusalKind``; it equals no ``StopReason`` (0.2's
+    ``refusal.reason == StopReason.REPEATED_CALL`` is False now: the CHANGELOG says to compare with the rule), and
+    equal values hash alike."""
     from repeat_hooks import RefusalKind, StopReason, StopRepeatedCalls, ToolCall
 
     guard = StopRepeatedCalls(max_calls=1)
     guard.pre_agent_turn()
     guard.pre_tool_call(ToolCall("track", {"id": 1}))
     refusal = guard.pre_tool_call(ToolCall("track", {"id": 1}))
-    assert refusal is not None
-    with pytest.deprecated_call(match="StopReason.REPEATED_CALL is deprecated: use a RefusalKind"):
-        assert refusal.reason == StopReason.REPEATED_CALL
-    with pytest.deprecated_call(match="use a RefusalKind"):
-        assert not StopReason.REPEATED_CALL != RefusalKind.CYCLE  # noqa: SIM202 (its own __ne__ is tested)
-    assert refusal.reason == RefusalKind.REPEAT and refusal.reason != RefusalKind.CYCLE and refusal.reason == "repeat"
-    with pytest.deprecated_call(match="use a RefusalKind"):
-        assert not refusal.reason != StopReason.REPEATED_CALL  # noqa: SIM202 (its own __ne__ is tested)
-    assert StopReason.COST == "cost" and StopReason.COST != StopReason.TIME  # stops compare as before
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # only the 0.2 comparison warns
-        assert StopReason.COST != RefusalKind.REPEAT and not StopReason.TIME == RefusalKind.CYCLE  # noqa: SIM201
-        assert RefusalKind.CYCLE != StopReason.COST
-        assert RefusalKind.CYCLE != "repeat"
+    assert refusal is not None and refusal.reason is RefusalKind.REPEAT and refusal.reason == "repeat"
+    assert all(kind != StopReason.REPEATED_CALL for kind in RefusalKind)
+    assert {RefusalKind.REPEAT: 1}["repeat"] == 1 and hash(RefusalKind.REPEAT) == hash("repeat")
 
 
 def test_each_hook_point_is_a_method_of_the_hook_and_the_other_way_round() -> None:

@@ -581,9 +581,14 @@ async def test_one_store_serves_async_and_sync_hooks_each_on_its_own_loop(redis_
     second live loop loudly, naming the way out."""
     from repeat_hooks.kit import GuardCore
 
-    store = new_store(redis_server.url)
+    name = f"rh-{uuid.uuid4().hex[:8]}"
+    store = new_store(redis_server.url, client_name=name)
     core = GuardCore(Policy(max_calls=3), owner="Guard", store=store)
     call = ToolCall("track", {"id": "FR-1"})
+    watcher = SyncRedis.from_url(redis_server.url)
+
+    def connected() -> int:
+        return sum(client.get("name") == name for client in watcher.client_list())
 
     def decide(state: GuardState) -> Refusal | None:
         return core.policy.decide_tool_call(state, call)
@@ -592,8 +597,10 @@ async def test_one_store_serves_async_and_sync_hooks_each_on_its_own_loop(redis_
     decisions.append(await asyncio.to_thread(core.update_now, "s", decide, outage=core.refused))  # the guard's loop
     decisions.append(await core.update("s", decide, outage=core.refused))
     decisions.append(await asyncio.to_thread(core.update_now, "s", decide, outage=core.refused))
-    await store.aclose()
     assert [decision is None for decision in decisions] == [True, True, True, False]  # one count: 4 > 3
+    assert connected() == 2  # a client on each loop
+    await store.aclose()
+    assert connected() == 0  # both closed, the guard's loop's on that loop
 
     client = Redis.from_url(redis_server.url)
     given = RedisStore(client, prefix=f"test-{uuid.uuid4().hex[:8]}:")
@@ -604,6 +611,12 @@ async def test_one_store_serves_async_and_sync_hooks_each_on_its_own_loop(redis_
             await asyncio.to_thread(closed.update_now, "s", decide, outage=closed.refused)
     finally:
         await client.aclose()
+
+    def later_loop() -> None:  # the given client's first loop is gone: still refused, never a raw loop error
+        with pytest.raises(GuardSetupError, match=r"RedisStore\.from_url"):
+            asyncio.run(closed.update("s", decide, outage=closed.refused))
+
+    await asyncio.to_thread(later_loop)
 
 
 async def test_state_expires_after_its_ttl(redis_server: RedisServer) -> None:

@@ -107,9 +107,13 @@ def request(*, conversation_id: str | None = None, turn_id: str | None = None) -
     of the request the user may retry (an idempotency key) as the turn id, and a retried request, in any process
     sharing the guard's store, continues that turn and its counts instead of starting one afresh. Every adapter
     reads it where its SDK names neither (see each adapter's README for its own spelling). A block inside another
-    keeps what it does not name itself (``request(turn_id=...)`` inside ``request(conversation_id=...)``)."""
-    outer = current_request()
-    token = _REQUEST.set(Request(_text(conversation_id) or outer.conversation_id, _text(turn_id) or outer.turn_id))
+    keeps what it does not name itself (``request(turn_id=...)`` inside ``request(conversation_id=...)``), but
+    not the turn of another conversation (a turn id belongs to its conversation)."""
+    outer, conversation = current_request(), _text(conversation_id)
+    same = outer.conversation_id in (None, conversation) or conversation is None  # a turn is its conversation's
+    token = _REQUEST.set(
+        Request(conversation or outer.conversation_id, _text(turn_id) or (outer.turn_id if same else None))
+    )
     try:
         yield _REQUEST.get() or _NO_REQUEST
     finally:
@@ -263,8 +267,9 @@ class GuardCore:
     def key(conversation: str | None, agent: object = None) -> str | None:
         """The store key of one guarded agent's state in ``conversation``: ``<conversation>/<agent>`` (the agent's
         name, as text), so that two guarded agents serving one conversation through one store (a router's two
-        agents in one request) keep their counts apart; the conversation alone for an agent with no name; ``None``
-        without a conversation."""
+        agents in one request) keep their counts apart; the conversation alone for an agent with no name (``None``
+        or ``""``); ``None`` without a conversation. A conversation id with a ``/`` could meet another's key
+        (``"a/b"``, and ``"a"`` with agent ``"b"``): name conversations without one, or agents apart."""
         if conversation is None:
             return None
         name = _text(agent)
@@ -433,6 +438,9 @@ class _Raising:
         try:
             return self.change(state)
         except Exception as error:
+            if self.unheard is not None:  # nothing is written: its observations go, and it listens no more
+                self.unheard.heard()
+                self.unheard = None
             raise _Raised(error) from error
 
     def tell(self) -> None:

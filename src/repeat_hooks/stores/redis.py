@@ -38,6 +38,7 @@ import asyncio
 import hashlib
 import random
 import secrets
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -164,8 +165,9 @@ class RedisStore:
         """The client of each event loop that used this store (the given client: the first loop only)."""
         self._make: Callable[[], Redis] | None = None
         """``from_url``: makes the client of another event loop."""
-        self._first: weakref.ref[asyncio.AbstractEventLoop] | None = None
-        """The loop the first client runs on."""
+        self._first: bool | None = None
+        """Whether the first client was handed to a loop yet."""
+        self._lock = threading.Lock()
         self.prefix = prefix
         self.ttl = ttl
         self.max_attempts = max_attempts
@@ -223,11 +225,11 @@ class RedisStore:
     @property
     def client(self) -> Redis:
         """The redis-py client of the running event loop: the one given (or ``from_url``'s first) on the first loop
-        that uses the store, then with ``from_url`` a new one per loop (a given client moves on to a new loop
-        only once its first loop is closed); outside any loop, the first one.
+        that uses the store, then with ``from_url`` a new one per loop; outside any loop, the first one.
 
         Raises:
-            GuardSetupError: a given client, on a second event loop.
+            GuardSetupError: a given client, on any loop but its first (a redis.asyncio client's connections belong
+                to the loop that opened them: on another they fail, even once the first loop is closed).
         """
         try:
             loop = asyncio.get_running_loop()
@@ -236,19 +238,20 @@ class RedisStore:
         client = self._clients.get(loop)
         if client is not None:
             return client
-        first = None if self._first is None else self._first()
-        if self._first is None or (self._make is None and (first is None or first.is_closed())):
-            client = self._client  # its first loop, or (a given client) the next once the first is gone
-            self._first = weakref.ref(loop)
-        elif self._make is not None:
-            client = self._make()
-        else:
-            raise GuardSetupError(
-                "this RedisStore's client already runs on another event loop, and a redis.asyncio client works on "
-                "one loop only (a sync hook's calls run on the guard's own loop): build the store with "
-                "RedisStore.from_url(...), which makes a client per loop, or give each loop a store of its own"
-            )
-        self._clients[loop] = client
+        with self._lock:  # the application's loop and the guard's own may both ask first
+            client = self._clients.get(loop)
+            if client is None:
+                if not self._clients and self._first is None:
+                    client, self._first = self._client, True
+                elif self._make is not None:
+                    client = self._make()
+                else:
+                    raise GuardSetupError(
+                        "this RedisStore's client already ran on another event loop, and a redis.asyncio client works "
+                        "on its first loop only (a sync hook's calls run on the guard's own loop): build the store "
+                        "with RedisStore.from_url(...), which makes a client per loop, or give each loop a store"
+                    )
+                self._clients[loop] = client
         return client
 
     async def update(self, key: str, change: Callable[[GuardState], T]) -> T:
@@ -295,9 +298,21 @@ class RedisStore:
         return None if not token else self._parse(name, raw)
 
     async def aclose(self) -> None:
-        """Close the client if ``from_url`` made it (a client passed in is the caller's to close)."""
-        if self._owns_client:
-            await self.client.aclose()  # this loop's; another loop's client goes with its loop
+        """Close the clients ``from_url`` made (a client passed in is the caller's to close): this loop's here,
+        a live loop's on that loop; one whose loop is closed went with it (its connections cannot be closed from
+        another loop)."""
+        if not self._owns_client:
+            return
+        running = asyncio.get_running_loop()
+        with self._lock:
+            clients = list(self._clients.items()) or [(running, self._client)]
+            self._clients.clear()
+            self._first = None
+        for loop, client in clients:
+            if loop is running:
+                await client.aclose()
+            elif loop.is_running():
+                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(client.aclose(), loop))
 
     async def __aenter__(self) -> RedisStore:
         return self

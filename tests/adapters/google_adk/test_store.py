@@ -5,6 +5,7 @@ spellings, which still work with a warning."""
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -182,8 +183,9 @@ async def test_the_old_stop_of_spelling_warns_and_still_works(carrier: Carrier) 
         assert stop_of(session, turn.invocation_id, key="repeat_hooks:other") == stop
     with pytest.warns(DeprecationWarning, match=r"use stop_of\(session, invocation_id=\.\.\.\)"):
         assert stop_of(session=session, invocation_id=turn.invocation_id) == stop
-    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match=r"takes one positional argument"):
+    with pytest.raises(TypeError, match=r"takes one positional argument"):
         stop_of(session, turn.invocation_id, STATE_KEY, "more")
+    assert stop_of(collections.deque(session.events)) == stop  # any sequence of events
     with pytest.raises(GuardSetupError, match=r"stop_of takes what run_async handed you .*; got str"):
         stop_of(turn.final_text)  # type: ignore[arg-type]
 

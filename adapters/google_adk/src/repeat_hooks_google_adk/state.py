@@ -127,16 +127,16 @@ def stop_of(
     ``on_stop="raise"``; ``None`` if the guard did not stop it; ``GuardSetupError`` for anything else. Works with
     ``store=`` too: the final event holds the whole ``Stop`` (``custom_metadata``). 0.2's ``stop_of(session,
     invocation_id, key)`` (``session=``, ``key=``) still works, with a ``DeprecationWarning``."""
+    if len(old) > 2:
+        raise TypeError("stop_of(session, invocation_id=...) takes one positional argument, what run_async handed you")
     if old or session is not None or key is not None:
         message = "stop_of(session, invocation_id, key) is deprecated: use stop_of(session, invocation_id=...) (the"
         warnings.warn(f"{message} stop is read from the events, whatever the state key)", DeprecationWarning, 2)
         returned = session if session is not None else returned
         invocation_id = old[0] if old else invocation_id
-    if len(old) > 2:
-        raise TypeError("stop_of(session, invocation_id=...) takes one positional argument, what run_async handed you")
     if isinstance(returned, BaseException):
         return GuardStopped.of(returned)
-    if not isinstance(returned, Event | Session | list | tuple):
+    if not isinstance(returned, Event | Session | Sequence) or isinstance(returned, str | bytes):
         wants = "stop_of takes what run_async handed you (its final Event, events, Session) or a RepeatGuardStopped"
         raise GuardSetupError(f"{wants}; got {type(returned).__name__}")
     events = [returned] if isinstance(returned, Event) else list(getattr(returned, "events", returned))

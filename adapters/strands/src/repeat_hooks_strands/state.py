@@ -45,6 +45,8 @@ def stop_of(
     returned (its own turn; works with ``store=`` too), the ``RepeatGuardStopped`` it raised, or the ``Agent`` (its
     latest turn, or turn ``turn_id`` while its stop is kept, from ``agent.state[key]``). Raises ``GuardSetupError``
     for anything else, and for an agent whose guard keeps its states in a ``store=``: read the ``AgentResult``."""
+    if len(old) > 2:
+        raise TypeError("stop_of(agent, turn_id=...) takes one positional argument, what agent(...) handed you")
     if old or agent is not None:
         spelt = "stop_of(agent=agent)" if agent is not None else "stop_of(agent, turn_id)"
         warnings.warn(f"{spelt} is deprecated: use stop_of(agent, turn_id=...)", DeprecationWarning, 2)
