@@ -354,3 +354,15 @@ def test_events_since_are_the_events_after_the_one_given() -> None:
     assert len(events) == 3
     assert guard.state.events_since(events[0]) == events[1:] and guard.state.events_since(events[1]) == events[2:]
     assert guard.state.events_since(events[-1]) == [] and guard.state.events_since(None) == events
+
+
+def test_deliveries_equal_the_mapping_they_hold_and_nothing_else() -> None:
+    from repeat_hooks.state import Deliveries, Delivery
+
+    one = Delivery(tool="track", key="k", number=1, refused=False, settled=False, why="")
+    deliveries = Deliveries({"c1@1.0": one})
+    assert deliveries == {"c1@1.0": one} and deliveries == Deliveries({"c1@1.0": one})
+    assert deliveries != {"c1@1.0": one._replace(number=2)}
+    assert deliveries != {}
+    assert deliveries != [("c1@1.0", one)]  # not a mapping
+    assert Deliveries() == {} and Deliveries() != Deliveries({"c1@1.0": one})
