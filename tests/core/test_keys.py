@@ -264,3 +264,14 @@ def test_a_state_holding_only_a_call_s_delivery_is_still_keyed() -> None:
     assert state.turn.counts == {} and state.turn.marks == {}
     with pytest.raises(GuardSetupError, match="written under no digest_key, and this policy has this digest_key"):
         Policy(digest_key="a secret of sixteen+ chars").decide_tool_call(state, call)
+
+
+def test_a_long_id_is_kept_as_its_head_and_a_digest_of_the_whole_within_the_name_bound() -> None:
+    from repeat_hooks.call import MAX_NAME_CHARS, as_text
+
+    long, longer = "x" * 2000, "x" * 2000 + "y"
+    text = as_text(long)
+    assert len(text) == 993 <= MAX_NAME_CHARS and text.startswith("x" * 960 + "~") and "x" not in text[961:]
+    assert as_text(longer) != text and as_text(long) == text  # distinct values stay distinct; the same, the same
+    assert as_text("é-1") == "é-1" and as_text("\udcff") == "\\udcff"  # text kept; a lone surrogate escaped
+    assert as_text(42) == "42" and as_text("x" * 1000) == "x" * 1000
