@@ -9,6 +9,10 @@ elsewhere):
   per test.
 - ``redis_restartable`` (function): a Redis of its own, with an append-only file fsynced on every write,
   that the test may ``stop()``, ``kill()``, ``start()`` or ``restart()`` on the same port.
+- ``redis_cluster`` (session): a Redis Cluster of three primaries (no replicas) on loopback, its slots split
+  evenly; ``redis_cluster.url`` names one node (any node will do for a cluster client).
+- ``redis_sentinel`` (function): a primary, one replica and one Sentinel watching them as ``mymaster``;
+  ``redis_sentinel.url`` is a ``redis+sentinel://`` URL, ``failover()`` makes the replica the primary.
 - ``postgres_server`` (session): one throwaway PostgreSQL cluster for the whole run (trust auth, loopback
   TCP only); connect to ``postgres_server.url``. Use a database or table names of the test's own.
 - ``postgres_restartable`` (function): a PostgreSQL of its own that the test may ``stop()``, ``kill()``,
@@ -36,6 +40,7 @@ import glob
 import importlib.util
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -77,6 +82,19 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def free_cluster_port() -> int:
+    """A free port for a Redis Cluster node: at most 55535, with the port 10,000 higher (its cluster bus) free too."""
+    for port in random.Random().sample(range(20000, 55536), 200):
+        with socket.socket() as first, socket.socket() as bus:
+            try:
+                first.bind(("127.0.0.1", port))
+                bus.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port pair (p, p + 10000) for a Redis Cluster node")
 
 
 def spawn(argv: Sequence[str], log: Path, cwd: Path, user: pwd.struct_passwd | None = None) -> subprocess.Popen[bytes]:
@@ -269,6 +287,8 @@ class RedisServer:
     persistent: bool = False
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    options: tuple[str, ...] = ()
+    """More ``--name value`` arguments (cluster mode, ``--replicaof``)."""
 
     @property
     def url(self) -> str:
@@ -289,8 +309,8 @@ class RedisServer:
         argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory)]
         argv += ["--save", "", "--daemonize", "no", "--protected-mode", "yes", "--logfile", ""]
         if self.persistent:
-            return [*argv, "--appendonly", "yes", "--appendfsync", "always"]
-        return [*argv, "--appendonly", "no"]
+            return [*argv, "--appendonly", "yes", "--appendfsync", "always", *self.options]
+        return [*argv, "--appendonly", "no", *self.options]
 
     def start(self) -> None:
         """Start the server (on the same port as before, if it ran) and wait until it answers ``PING``."""
@@ -317,7 +337,9 @@ class RedisServer:
         self.start()
 
 
-def start_redis(directory: Path, persistent: bool = False) -> RedisServer:
+def start_redis(
+    directory: Path, persistent: bool = False, options: Sequence[str] = (), port: Callable[[], int] = free_port
+) -> RedisServer:
     """A running ``RedisServer`` in ``directory`` (a missing binary skips or fails the test; see module doc).
 
     Retries on a new port if another process took the free port first. Stop it with ``stop()``.
@@ -326,7 +348,7 @@ def start_redis(directory: Path, persistent: bool = False) -> RedisServer:
     if binary is None:
         missing_service(missing_redis_message())
     for _ in range(3):
-        server = RedisServer(binary, directory, persistent)
+        server = RedisServer(binary, directory, persistent, port(), options=tuple(options))
         server.process = spawn(server.argv(), server.log, directory)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline and server.process.poll() is None and not redis_ping(server.port):
@@ -358,6 +380,171 @@ def redis_restartable(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+# -- Redis Cluster and Sentinel -------------------------------------------------------------------
+
+
+def redis_command(port: int, *args: str | int) -> object:
+    """Send one command to the Redis on ``port`` (redis-py's sync client) and return its reply, as redis-py parses
+    it (bytes for a plain reply)."""
+    from redis import Redis  # the redis extra; imported here so that the other fixtures need no redis-py
+
+    with Redis(port=port, socket_timeout=5) as client:
+        return client.execute_command(*args)
+
+
+@dataclass
+class RedisCluster:
+    """Redis Cluster nodes on loopback, each a primary holding a third of the 16,384 slots."""
+
+    nodes: list[RedisServer]
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:PORT/0`` of the first node."""
+        return self.nodes[0].url
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+def start_redis_cluster(directory: Path, primaries: int = 3) -> RedisCluster:
+    """Start ``primaries`` nodes in cluster mode, split the slots, let them meet; wait for ``cluster_state:ok``."""
+    cluster = RedisCluster([])
+    try:
+        for number in range(primaries):
+            home = directory / f"node-{number}"
+            home.mkdir()
+            options = ["--cluster-enabled", "yes", "--cluster-config-file", str(home / "nodes.conf")]
+            options += ["--cluster-node-timeout", "5000"]
+            cluster.nodes.append(start_redis(home, options=options, port=free_cluster_port))
+        slots = 16384
+        for number, node in enumerate(cluster.nodes):
+            first, last = slots * number // primaries, slots * (number + 1) // primaries
+            redis_command(node.port, "CLUSTER", "ADDSLOTS", *range(first, last))
+        for node in cluster.nodes[1:]:
+            redis_command(cluster.nodes[0].port, "CLUSTER", "MEET", "127.0.0.1", node.port)
+
+        def ready() -> bool:
+            return all(
+                b"cluster_state:ok" in (info := bytes(redis_command(node.port, "CLUSTER", "INFO")))  # type: ignore[arg-type]
+                and f"cluster_known_nodes:{primaries}".encode() in info
+                for node in cluster.nodes
+            )
+
+        deadline = time.monotonic() + START_TIMEOUT
+        while not ready():
+            if time.monotonic() > deadline:
+                pytest.fail(f"the Redis Cluster did not form:\n{log_tail(cluster.nodes[0].log)}", pytrace=False)
+            time.sleep(0.05)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """One ``RedisCluster`` of three primaries for the whole run; every node stopped by PID at the end."""
+    with tempfile.TemporaryDirectory(prefix="repeat-hooks-cluster-") as directory:
+        cluster = start_redis_cluster(Path(directory))
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+SENTINEL_SERVICE = "mymaster"
+"""The name the ``redis_sentinel`` fixture's Sentinel knows its primary by."""
+
+
+@dataclass
+class RedisSentinel:
+    """A primary, its replica and a Sentinel watching them (``SENTINEL_SERVICE``)."""
+
+    primary: RedisServer
+    replica: RedisServer
+    sentinel: subprocess.Popen[bytes]
+    port: int
+    """The Sentinel's port."""
+    log: Path
+
+    @property
+    def url(self) -> str:
+        """``redis+sentinel://127.0.0.1:PORT/mymaster``."""
+        return f"redis+sentinel://127.0.0.1:{self.port}/{SENTINEL_SERVICE}"
+
+    def primary_port(self) -> int:
+        """The port of the primary the Sentinel names now."""
+        reply = redis_command(self.port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_SERVICE)
+        assert isinstance(reply, list | tuple), reply
+        return int(reply[1])
+
+    def failover(self) -> None:
+        """Make the replica the primary (``SENTINEL FAILOVER``), once it holds every write; wait for the switch."""
+        old = self.primary_port()
+        assert redis_command(old, "WAIT", 1, 5000) == 1, "the replica did not catch up"
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                redis_command(self.port, "SENTINEL", "FAILOVER", SENTINEL_SERVICE)
+                break
+            except Exception:  # -NOGOODSLAVE: the Sentinel has not seen the replica yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        while self.primary_port() == old or _role(self.primary_port()) != "master":
+            if time.monotonic() > deadline:
+                pytest.fail(f"the failover did not finish:\n{log_tail(self.log)}", pytrace=False)
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        stop_pid(self.sentinel)
+        self.replica.stop()
+        self.primary.stop()
+
+
+def _info(port: int, section: str) -> dict[str, object]:
+    from redis import Redis
+
+    with Redis(port=port, socket_timeout=5) as client:
+        return dict(client.info(section))
+
+
+def _role(port: int) -> object:
+    return _info(port, "replication").get("role")
+
+
+@pytest.fixture
+def redis_sentinel(tmp_path: Path) -> Iterator[RedisSentinel]:
+    """A ``RedisSentinel`` of the test's own; every process stopped by PID at the end."""
+    for name in ("primary", "replica", "sentinel"):
+        (tmp_path / name).mkdir()
+    primary = start_redis(tmp_path / "primary")
+    replica = start_redis(tmp_path / "replica", options=["--replicaof", "127.0.0.1", str(primary.port)])
+    port = free_port()
+    config = tmp_path / "sentinel" / "sentinel.conf"  # the Sentinel rewrites it: its own file
+    config.write_text(
+        f"port {port}\nbind 127.0.0.1\ndir {config.parent}\n"
+        f"sentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {primary.port} 1\n"
+        f"sentinel down-after-milliseconds {SENTINEL_SERVICE} 5000\n"
+        f"sentinel failover-timeout {SENTINEL_SERVICE} 10000\n"
+    )
+    log = config.parent / "sentinel.log"
+    sentinel = spawn([primary.binary, str(config), "--sentinel"], log, config.parent)
+    found = RedisSentinel(primary, replica, sentinel, port, log)
+    try:
+        wait_until(lambda: redis_ping(port), sentinel, f"redis-server --sentinel on port {port}", log)
+        deadline = time.monotonic() + START_TIMEOUT
+        while _info(replica.port, "replication").get("master_link_status") != "up":
+            if time.monotonic() > deadline:
+                pytest.fail(f"the replica did not sync:\n{log_tail(replica.log)}", pytrace=False)
+            time.sleep(0.05)
+        yield found
+    finally:
+        found.stop()
 
 
 # -- A Redis that hangs ---------------------------------------------------------------------------

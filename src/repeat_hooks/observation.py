@@ -98,6 +98,8 @@ class Outage:
     """The error, as its type and message (a store's own text; never an argument or result value)."""
     fail: str
     """``"open"`` or ``"closed"``: what the adapter did about it."""
+    conversation_id: str | None = None
+    """The conversation, where the adapter knows it (its ``observe.scope`` or ``kit.request``)."""
 
 
 Observation = TurnStarted | ToolCallDecided | ToolResultRecorded | ModelCallDecided | ModelCallRecorded | Outage

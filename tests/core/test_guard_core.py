@@ -208,9 +208,9 @@ async def test_an_outage_fails_open_or_closed_and_is_logged_and_observed(
     with pytest.raises(StoreUnavailable):
         await opened.stop_of("k")  # nothing kept, and the store is down: the guard cannot know
     assert [seen for seen in heard if isinstance(seen, Outage)] == [
-        Outage("k", "StoreUnavailable: redis://10.0.0.1: connection refused", "open"),
-        Outage("k", "StoreUnavailable: redis://10.0.0.1: connection refused", "closed"),
-        Outage("k", "StoreUnavailable: redis://10.0.0.1: connection refused", "closed"),
+        Outage("k", "StoreUnavailable: redis://10.0.0.1: connection refused", "open", "conv-7"),
+        Outage("k", "StoreUnavailable: redis://10.0.0.1: connection refused", "closed", "conv-7"),
+        Outage("k", "StoreUnavailable: redis://10.0.0.1: connection refused", "closed", "conv-7"),
     ]
     assert "could not reach the state of k (conversation conv-7)" in caplog.text and "failing closed" in caplog.text
 

@@ -19,9 +19,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
-from repeat_hooks import GuardState, Policy, StopRepeatedCalls, ToolCall, __version__
+from repeat_hooks import GuardState, Policy, StopRepeatedCalls, StoreUnavailable, ToolCall, __version__
+from repeat_hooks.kit import GuardCore, request
 from repeat_hooks.observe import scope
-from repeat_hooks.observe.otel import REFUSAL_EVENT, STOP_EVENT, RepeatHooksInstrumentor
+from repeat_hooks.observe.otel import OUTAGE_EVENT, REFUSAL_EVENT, STOP_EVENT, RepeatHooksInstrumentor
 
 SECRET_ARGUMENT = "MARKER-ARG-7731"
 SECRET_RESULT = "MARKER-RESULT-5521"
@@ -386,3 +387,42 @@ def test_instrumenting_twice_or_uninstrumenting_twice_warns(
         "repeat_hooks: RepeatHooksInstrumentor is already instrumented: uninstrument() first",
         "repeat_hooks: RepeatHooksInstrumentor is not instrumented",
     ]
+
+
+CONVERSATION = "gen_ai.conversation.id"
+
+
+class _DownStore:
+    """A store that is down, as a Redis that refuses connections is."""
+
+    async def update(self, key: str, change: Any) -> Any:
+        raise StoreUnavailable("Redis failed while updating 'repeat-hooks:conv-9': ConnectionError: refused")
+
+    async def load(self, key: str) -> GuardState | None:
+        raise StoreUnavailable("down")
+
+
+async def test_an_outage_is_an_event_with_its_conversation_and_a_count_by_policy(telemetry: Telemetry) -> None:
+    """The operator sees which conversation went unguarded (fail open) or was refused (fail closed)."""
+    opened = GuardCore(owner="Guard", store=_DownStore())  # type: ignore[arg-type]
+    closed = GuardCore(owner="Guard", store=_DownStore(), fail="closed")  # type: ignore[arg-type]
+    call = ToolCall("track", {"id": SECRET_ARGUMENT})
+    with request(conversation_id="conv-9"):
+        assert await opened.update("conv-9", lambda s: opened.policy.decide_tool_call(s, call), outage=None) is None
+        refused = await closed.update(
+            "conv-9", lambda s: closed.policy.decide_tool_call(s, call), outage=closed.refused
+        )
+    assert refused is not None
+
+    events = [event for span in telemetry.finished() for event in span.events]
+    assert [(event.name, dict(event.attributes or {})) for event in events] == [
+        (
+            OUTAGE_EVENT,
+            {"repeat_hooks.fail": fail, "error.type": "StoreUnavailable", "gen_ai.conversation.id": "conv-9"},
+        )
+        for fail in ("open", "closed")
+    ]
+    assert telemetry.sums("repeat_hooks.outages") == {
+        frozenset({("repeat_hooks.fail", fail), ("error.type", "StoreUnavailable")}): 1 for fail in ("open", "closed")
+    }
+    assert SECRET_ARGUMENT not in json.dumps([dict(event.attributes or {}) for event in events])

@@ -19,11 +19,11 @@ if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)  # ``import readme_blocks`` and ``import services``
 
 from readme_blocks import OWNERS, ROOT, Blocks, python_blocks  # noqa: E402
-from services import RedisServer, redis_server  # noqa: E402
+from services import HungRedis, RedisServer, hung_redis, redis_server  # noqa: E402
 
 from repeat_hooks import Policy, Refusal, StopRepeatedCalls, ToolCall  # noqa: E402
 
-__all__ = ["redis_server"]  # a fixture
+__all__ = ["hung_redis", "redis_server"]  # fixtures
 
 BLOCKS = Blocks.owned_by(__file__)
 ARGS = {"tracking_number": "FR-7731"}
@@ -113,6 +113,22 @@ def test_the_redis_store_block_counts_across_stores(redis_server: RedisServer) -
 
     assert decisions[:2] == [None, None]
     assert isinstance(decisions[2], Refusal) and decisions[2].reason == "repeat"
+
+
+@BLOCKS.cover("Several processes: `RedisStore` [2]")
+def test_the_guard_core_block_fails_closed_when_redis_is_down(hung_redis: HungRedis) -> None:
+    """The core verbs through ``GuardCore``: a Redis that never answers refuses the call (``fail="closed"``)."""
+    from repeat_hooks.stores.redis import RedisStore
+
+    given: dict[str, Any] = {
+        "session_id": "customer-42",
+        "call": ToolCall("track_parcel", ARGS),
+        "turn_id": "turn-1",
+        "store": RedisStore.from_url(hung_redis.url, timeout=0.2),
+    }
+    namespace = BLOCKS.run("Several processes: `RedisStore` [2]", given=given)
+    refusal = namespace["refusal"]
+    assert isinstance(refusal, Refusal) and refusal.reason == "store_unavailable"
 
 
 @BLOCKS.cover("Several processes on one host: `SQLiteStore`")

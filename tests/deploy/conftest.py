@@ -13,7 +13,9 @@ from services import (  # noqa: E402
     hung_redis,
     postgres_restartable,
     postgres_server,
+    redis_cluster,
     redis_restartable,
+    redis_sentinel,
     redis_server,
     temporal_server,
 )
@@ -22,7 +24,9 @@ __all__ = [
     "hung_redis",
     "postgres_restartable",
     "postgres_server",
+    "redis_cluster",
     "redis_restartable",
+    "redis_sentinel",
     "redis_server",
     "temporal_server",
 ]

@@ -378,7 +378,7 @@ class GuardCore:
             exc_info=failure if logger.isEnabledFor(logging.DEBUG) else None,  # one line a call; the trace at DEBUG
         )
         if observe.OBSERVERS:
-            observe.tell(Outage(where, f"{type(failure).__name__}: {failure}"[:500], self.fail))
+            observe.tell(Outage(where, f"{type(failure).__name__}: {failure}"[:500], self.fail, conversation))
         if isinstance(outage, Stop):  # a turn ended with no state to keep its stop in: kept here for stop_of
             self._outages[where] = (current_request().turn_id, outage)
             if len(self._outages) > 1024:

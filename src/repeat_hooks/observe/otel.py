@@ -42,6 +42,11 @@ and then dropped with it). Attributes (absent when unknown):
   ``gen_ai.conversation.id`` and ``gen_ai.agent.name`` (from the adapter's ``observe.scope(...)``):
   the GenAI semantic conventions' correlation attributes.
 
+A decision the store could not make (the store was down, or held no guard state) adds the event
+``repeat_hooks.outage``, with ``repeat_hooks.fail`` (``open``: the call or turn went on; ``closed``: refused),
+``error.type`` (the error's class, such as ``StoreUnavailable``: its message stays in the log line) and the
+conversation.
+
 No argument value, result value, argument digest or message text is ever an attribute.
 
 **Metrics** (meter ``repeat_hooks``), all counters:
@@ -54,6 +59,8 @@ No argument value, result value, argument digest or message text is ever an attr
 - ``repeat_hooks.saved.seconds`` (``s``) and ``repeat_hooks.saved.cost`` (``USD``): the estimated model seconds
   and dollars the refusals saved (one model call at the turn's averages per refused call; a stop adds
   nothing: what the rest of the loop would have cost is not known).
+- ``repeat_hooks.outages`` (``{decision}``): decisions left to the outage policy, by ``repeat_hooks.fail`` and
+  ``error.type``.
 
 Tool-call figures also carry ``gen_ai.tool.name``, and all carry ``gen_ai.agent.name`` where known (both
 bounded sets); the conversation id is never a metric attribute.
@@ -74,9 +81,10 @@ from opentelemetry.util.types import AttributeValue
 from .. import __version__
 from ..decision import RefusalKind, StopReason
 from ..stop_rules import STOP_RULES, HookPoint
-from . import ModelCallDecided, Observation, Observer, ToolCallDecided, add_observer, current_scope
+from . import ModelCallDecided, Observation, Observer, Outage, ToolCallDecided, add_observer, current_scope
 
 __all__ = [
+    "OUTAGE_EVENT",
     "REFUSAL_EVENT",
     "STOP_EVENT",
     "RepeatHooksInstrumentor",
@@ -88,6 +96,10 @@ REFUSAL_EVENT = "repeat_hooks.refusal"
 """The span event of a refused tool call."""
 STOP_EVENT = "repeat_hooks.stop"
 """The span event of a stopped turn."""
+OUTAGE_EVENT = "repeat_hooks.outage"
+"""The span event of a decision the store's failure left to the outage policy (``fail``)."""
+FAIL = "repeat_hooks.fail"
+ERROR_TYPE = "error.type"
 
 REASON = "repeat_hooks.reason"
 RULE = "repeat_hooks.rule"
@@ -127,12 +139,17 @@ class _Telemetry:
         self.saved_cost = meter.create_counter(
             "repeat_hooks.saved.cost", "USD", "Model dollars the refusals are estimated to save."
         )
+        self.outages = meter.create_counter(
+            "repeat_hooks.outages", "{decision}", "Decisions the store's failure left to the outage policy."
+        )
 
     def __call__(self, seen: Observation) -> None:
         if isinstance(seen, ToolCallDecided):
             self._tool_call(seen)
         elif isinstance(seen, ModelCallDecided):
             self._model_call(seen)
+        elif isinstance(seen, Outage):
+            self._outage(seen)
 
     def _tool_call(self, seen: ToolCallDecided) -> None:
         scope = current_scope()
@@ -182,6 +199,15 @@ class _Telemetry:
             if seen.event.tool is not None:
                 event[TOOL_NAME] = seen.event.tool
         self._add_event(STOP_EVENT, event, scope.conversation_id, scope.agent_name)
+
+    def _outage(self, seen: Outage) -> None:
+        scope = current_scope()
+        labels: Attributes = {FAIL: seen.fail, ERROR_TYPE: seen.error.partition(":")[0]}
+        if scope.agent_name is not None:
+            labels[AGENT_NAME] = scope.agent_name
+        self.outages.add(1, labels)
+        event: Attributes = {FAIL: seen.fail, ERROR_TYPE: seen.error.partition(":")[0]}
+        self._add_event(OUTAGE_EVENT, event, seen.conversation_id or scope.conversation_id, scope.agent_name)
 
     def _add_event(self, name: str, event: Attributes, conversation_id: str | None, agent_name: str | None) -> None:
         """``name`` with ``event`` on the current span, or on a span of its own when none is recording."""

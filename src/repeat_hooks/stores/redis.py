@@ -24,9 +24,12 @@ Within one process, updates of a session that arrive while a write of it is in f
 written together by the next write, in the order they came (a group commit): ten parallel tool calls
 of a session cost one or two round trips, not ten, and never race each other.
 
-Needs Redis >= 5 (the scripts read the server's clock before writing).
+Needs Redis >= 5 (the scripts read the server's clock before writing). Works against one server, a Redis
+Cluster (each session is one hash key, so one slot: every update stays on one node) and a Sentinel-managed
+primary; ``RedisStore.from_url`` says how each is reached.
 
-Failures: an unreachable, timed-out or erroring Redis raises ``StoreUnavailable``; a session too
+Failures: an unreachable, timed-out or erroring Redis raises ``StoreUnavailable`` (whatever the client
+raised: a bug inside redis-py too, never a bare ``TypeError``); a session too
 contended to update (``max_attempts`` lost compare-and-sets, or ``max_wait`` seconds waiting for
 leases) raises ``StoreContention``, a ``StoreUnavailable``. The adapters decide what a failed decision
 means (fail open or fail closed); the store never guesses.
@@ -37,19 +40,23 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+import re
 import secrets
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeAlias, TypeVar, cast
+from urllib.parse import unquote, urlsplit
 
 try:
-    from redis.asyncio import Redis
+    from redis.asyncio import Redis, RedisCluster
     from redis.asyncio.retry import Retry
+    from redis.asyncio.sentinel import Sentinel
     from redis.backoff import ExponentialBackoff
+    from redis.exceptions import AskError, NoScriptError
     from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import NoScriptError, RedisError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
 except ImportError as error:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         "repeat_hooks.stores.redis needs redis-py (>= 5.0): install it with pip install 'repeat-hooks[redis]'"
@@ -64,6 +71,9 @@ from ..state import GuardState, load_state
 __all__ = ["DEFAULT_PREFIX", "DEFAULT_TTL", "RedisStore", "StateCorrupt", "StoreContention", "StoreUnavailable"]
 
 T = TypeVar("T")
+Client: TypeAlias = "Redis | RedisCluster"
+"""What the store talks through: a ``redis.asyncio.Redis`` (one server, or a Sentinel's ``master_for``) or a
+``redis.asyncio.RedisCluster``."""
 _Waiting = tuple[Callable[[GuardState], Any], "asyncio.Future[Any]"]
 """A queued update: its change, and the future its caller awaits."""
 
@@ -78,6 +88,15 @@ LEASE_MS = 500
 """The longest a lease holds off other writers, in milliseconds (if its holder died, say)."""
 LEASE_POLL = 0.001
 """Seconds (at most; at least half) between two requests for a lease another writer holds."""
+LATE = 0.05
+"""Seconds past its due time after which a timeout counts as late: the event loop was busy elsewhere when it
+was due (a CPU-bound handler, a blocking call), so Redis may well have answered in time."""
+LATE_RETRIES = 2
+"""Late timeouts a request may meet before ``StoreUnavailable``: each one asks again (safe: see ``_ask``)."""
+SENTINEL_PORT = 26379
+"""A Sentinel's port when a ``redis+sentinel://`` URL names none."""
+_HOST = re.compile(r"(?P<address>\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(?::(?P<port>[0-9]{1,5}))?")
+"""One Sentinel of a URL: a name, an IPv4 address or a bracketed IPv6 one, and maybe a port."""
 
 # Both scripts work on KEYS[1], the session's hash: {t: token, s: state JSON, l: lease owner, x: lease
 # expiry in ms of the server's clock}. A lease whose expiry has passed counts as no lease.
@@ -122,15 +141,16 @@ _SHA = {script: hashlib.sha1(script.encode()).hexdigest() for script in (_COMPAR
 class RedisStore:
     """A ``StateStore`` in Redis: atomic read-modify-write of one session's ``GuardState`` across processes.
 
-    Build it from a client (``RedisStore(redis.asyncio.Redis(...))``) or a URL (``RedisStore.from_url``).
-    The client's own timeouts and retries apply; ``from_url`` sets short ones so that a dead Redis fails
-    fast. A redis-py asyncio client works on the event loop it first ran on only: a store built by
-    ``from_url`` makes a client per event loop (so one store serves an adapter's async hooks on the
-    application's loop and its sync hooks on the guard's own); a store given a client refuses, with a
-    ``GuardSetupError``, to use it on a second loop.
+    Build it from a URL (``RedisStore.from_url``: one server, a cluster or a Sentinel) or from a client: a
+    ``redis.asyncio.Redis`` (one server, or ``Sentinel(...).master_for(...)``) or a
+    ``redis.asyncio.RedisCluster``. A given client's own timeouts and retries apply; ``from_url`` sets short
+    ones so that a dead Redis fails fast. A redis-py asyncio client works on the event loop it first ran on
+    only: a store built by ``from_url`` makes a client per event loop (so one store serves an adapter's async
+    hooks on the application's loop and its sync hooks on the guard's own); a store given a client refuses,
+    with a ``GuardSetupError``, to use it on a second loop.
 
     Args:
-        client: a ``redis.asyncio.Redis``; either ``decode_responses`` setting works.
+        client: a ``redis.asyncio.Redis`` or ``RedisCluster``; either ``decode_responses`` setting works.
         prefix: prepended to every key (``"repeat-hooks:"``).
         ttl: seconds the state lives after its last write; every write sets it again.
         max_attempts: compare-and-sets an update may lose before ``StoreContention``.
@@ -140,11 +160,12 @@ class RedisStore:
     Raises:
         ValueError: ``ttl`` or ``max_wait`` is not positive, ``max_attempts`` is below 1 or ``cache_size``
             is negative.
+        GuardSetupError: ``client`` is not a redis-py asyncio client (a ``redis.Redis``, say).
     """
 
     def __init__(
         self,
-        client: Redis,
+        client: Client,
         *,
         prefix: str = DEFAULT_PREFIX,
         ttl: float = DEFAULT_TTL,
@@ -160,11 +181,21 @@ class RedisStore:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         if cache_size < 0:
             raise ValueError(f"cache_size must be 0 or more, got {cache_size}")
-        self._client = client
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Redis] = weakref.WeakKeyDictionary()
+        if not isinstance(client, (Redis, RedisCluster)):
+            raise GuardSetupError(
+                f"RedisStore needs a redis.asyncio client (redis.asyncio.Redis or RedisCluster), got "
+                f"{type(client).__module__}.{type(client).__qualname__}: build it with redis.asyncio.Redis(...), "
+                "or use RedisStore.from_url(url)"
+            )
+        self._client: Client = client
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Client] = weakref.WeakKeyDictionary()
         """The client of each event loop that used this store (the given client: the first loop only)."""
-        self._make: Callable[[], Redis] | None = None
+        self._make: Callable[[], Client] | None = None
         """``from_url``: makes the client of another event loop."""
+        self._make_cluster: Callable[[], Client] | None = None
+        """``from_url`` of a ``redis://`` URL: makes a cluster client, once a node answered ``MOVED``."""
+        self._retired: list[tuple[asyncio.AbstractEventLoop | None, Client]] = []
+        """Clients replaced by cluster clients, still to close (``aclose``)."""
         self._first: bool | None = None
         """Whether the first client was handed to a loop yet."""
         self._lock = threading.Lock()
@@ -177,6 +208,9 @@ class RedisStore:
         """Compare-and-sets lost to another writer since this store was made (for monitoring and tests)."""
         self.leases = 0
         """Leases this store took because a session was contended (for monitoring and tests)."""
+        self.late_timeouts = 0
+        """Requests asked again after a late timeout (a busy event loop, not a slow Redis; for monitoring)."""
+        self._timeout = _socket_timeout(client)
         self._ttl_ms = max(1, round(ttl * 1000))
         self._loaded: set[str] = set()
         self._cache: OrderedDict[str, tuple[str, str, bool]] = OrderedDict()
@@ -198,16 +232,29 @@ class RedisStore:
         timeout: float = 1.0,
         **client_options: Any,
     ) -> RedisStore:
-        """A store with its own client for ``url`` (``redis://``, ``rediss://`` or ``unix://``).
+        """A store with its own clients for ``url``. Connects lazily (nothing is sent yet); ``aclose()`` closes them.
 
-        ``timeout`` bounds connecting and each reply, in seconds, and a timeout is never retried: a
-        Redis that hangs costs an update (so a hook call) ``timeout`` seconds, then ``StoreUnavailable``.
-        A connection found closed (Redis restarted, an idle connection dropped) is retried once, at
-        once, on a new connection. Each round trip has its own ``timeout``: an update makes one, or
-        two for a session this store has not written lately, so a Redis that answers slowly can cost
-        up to ``2 * timeout``.
-        ``client_options`` go to ``redis.asyncio.Redis.from_url`` and override these defaults. The client
-        is closed by ``aclose()``. Returns the store; connects lazily (nothing is sent yet).
+        - ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` (TLS) or ``unix://path``: one server, or
+          one node of a **Redis Cluster**: the first ``MOVED`` reply turns the store into a cluster client
+          (``redis.asyncio.RedisCluster``, which finds the other nodes from this one) and the request goes on
+          there, so any node's address will do.
+        - ``redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]`` (``rediss+sentinel://``
+          for TLS): the primary that these **Sentinels** name for ``service`` (port 26379 when none is given),
+          found again after a failover. The credentials and TLS are the primary's; Sentinels that need their own
+          go in ``client_options["sentinel_kwargs"]``.
+
+        ``timeout`` bounds connecting and each reply, in seconds. A timeout that fires on time means Redis did
+        not answer: ``StoreUnavailable`` after ``timeout`` seconds, never retried. A timeout that fires late
+        (more than ``LATE`` past due: the event loop was busy elsewhere, so the reply may have been waiting)
+        asks again, up to ``LATE_RETRIES`` times, so a CPU-bound worker with a healthy Redis does not fail
+        open or refuse wrongly. A connection found closed (Redis restarted, an idle connection dropped) is
+        retried once, at once, on a new connection; a cluster client also retries once after reading the
+        cluster's layout again (a failover). Each round trip has its own ``timeout``: an update makes one, or
+        two for a session this store has not written lately.
+        ``client_options`` go to redis-py's ``from_url`` (or ``Sentinel``) and override these defaults.
+
+        Raises:
+            ValueError: a Sentinel URL that names no Sentinel or no service, or has a query string.
         """
         options: dict[str, Any] = {
             "socket_timeout": timeout,
@@ -216,16 +263,33 @@ class RedisStore:
             "retry": Retry(ExponentialBackoff(cap=0.1, base=0.01), retries=1, supported_errors=(RedisConnectionError,)),
         }
         options.update(client_options)
-        client = Redis.from_url(url, **options)
-        store = cls(client, prefix=prefix, ttl=ttl, max_attempts=max_attempts, max_wait=max_wait, cache_size=cache_size)
+        scheme = url.partition("://")[0].lower()
+        make_cluster: Callable[[], Client] | None = None
+        if scheme in ("redis+sentinel", "rediss+sentinel"):
+            make = _sentinel(url, options)
+        else:
+
+            def make() -> Client:
+                return Redis.from_url(url, **options)
+
+            if scheme in ("redis", "rediss"):
+                cluster_options = {**options, "retry": Retry(ExponentialBackoff(cap=0.1, base=0.01), retries=1)}
+
+                def make_cluster() -> Client:
+                    return RedisCluster.from_url(url, **cluster_options)
+
+        store = cls(make(), prefix=prefix, ttl=ttl, max_attempts=max_attempts, max_wait=max_wait, cache_size=cache_size)
         store._owns_client = True
-        store._make = lambda: Redis.from_url(url, **options)
+        store._make = make
+        store._make_cluster = make_cluster
+        store._timeout = options["socket_timeout"]
         return store
 
     @property
-    def client(self) -> Redis:
+    def client(self) -> Client:
         """The redis-py client of the running event loop: the one given (or ``from_url``'s first) on the first loop
-        that uses the store, then with ``from_url`` a new one per loop; outside any loop, the first one.
+        that uses the store, then with ``from_url`` a new one per loop; outside any loop, the first one. A
+        ``from_url`` store that found a cluster hands out cluster clients from then on.
 
         Raises:
             GuardSetupError: a given client, on any loop but its first (a redis.asyncio client's connections belong
@@ -253,6 +317,24 @@ class RedisStore:
                     )
                 self._clients[loop] = client
         return client
+
+    def _become_cluster(self) -> None:
+        """A node answered ``MOVED`` to ``answered``: from now on every loop gets a cluster client (``from_url``).
+
+        The clients made so far are closed by ``aclose``; a loop whose client already is a cluster client
+        (another request switched first) keeps it.
+        """
+        assert self._make_cluster is not None
+        with self._lock:
+            if self._make is self._make_cluster:
+                return
+            self._make = self._make_cluster
+            self._retired += [(loop, client) for loop, client in self._clients.items()]
+            if not self._clients:
+                self._retired.append((None, self._client))
+            self._clients.clear()
+            self._client = self._make()
+            self._first = None
 
     async def update(self, key: str, change: Callable[[GuardState], T]) -> T:
         """Apply ``change`` to the state under ``key`` (a new ``GuardState`` if none), save it, return its result.
@@ -306,7 +388,9 @@ class RedisStore:
         running = asyncio.get_running_loop()
         with self._lock:
             clients = list(self._clients.items()) or [(running, self._client)]
+            clients += [(running if loop is None else loop, client) for loop, client in self._retired]
             self._clients.clear()
+            self._retired.clear()
             self._first = None
         for loop, client in clients:
             if loop is running:
@@ -453,39 +537,78 @@ class RedisStore:
         """Run ``script`` on key ``name``: by its SHA once the server knows it, else by its text (which
         teaches it), so a new store or a restarted server costs no extra round trip. Returns the reply.
 
-        Raises ``StoreUnavailable`` for any Redis error.
+        Raises ``StoreUnavailable`` for any failure of the client (see ``_ask``).
         """
         sha = _SHA[script]
-        try:
+
+        async def run(client: Client) -> list[Any]:
             if sha in self._loaded:
                 try:
-                    return list(await self.client.evalsha(sha, 1, name, *args))
-                except NoScriptError:  # the server restarted or flushed its scripts: nothing ran
+                    return list(await client.evalsha(sha, 1, name, *args))
+                except NoScriptError:  # the server restarted or flushed its scripts (or a node never ran it)
                     self._loaded.discard(sha)
-            reply = list(await self.client.eval(script, 1, name, *args))
+            reply = list(await client.eval(script, 1, name, *args))
             self._loaded.add(sha)
             return reply
-        except RedisError as error:
-            self._cache.pop(name, None)
-            raise StoreUnavailable(f"Redis failed while updating {name!r}: {error}") from error
-        except UnicodeDecodeError as error:  # a client that decodes replies (a conflict's state, not UTF-8)
-            self._cache.pop(name, None)
-            raise _not_text(name, error) from error
+
+        return await self._ask(name, "updating", run)
 
     async def _read(self, name: str) -> tuple[str, str]:
         """The stored ``(token, state JSON)`` of ``name``; ``("", "")`` if nothing is stored."""
-        try:
-            token, raw = await self.client.hmget(name, ["t", "s"])
-        except RedisError as error:
-            self._cache.pop(name, None)
-            raise StoreUnavailable(f"Redis failed while reading {name!r}: {error}") from error
-        except UnicodeDecodeError as error:  # a client that decodes replies (decode_responses=True)
-            self._cache.pop(name, None)
-            raise _not_text(name, error) from error
+
+        async def read(client: Client) -> list[Any]:
+            return list(await client.hmget(name, ["t", "s"]))
+
+        token, raw = await self._ask(name, "reading", read)
         if not token:
             self._cache.pop(name, None)
             return "", ""
         return self._pair(name, token, raw)
+
+    async def _ask(self, name: str, doing: str, request: Callable[[Client], Awaitable[T]]) -> T:
+        """``request`` through this loop's client, turning every failure of the client into ``StoreUnavailable``.
+
+        Asked again (each request here is safe to repeat: a read, a lease asked by the same owner, a
+        compare-and-set whose token shows whether it landed): after a late timeout (``LATE``), up to
+        ``LATE_RETRIES`` times; and once after a ``MOVED`` reply of a ``from_url`` store, which becomes a
+        cluster client. ``name`` is forgotten from the cache on any failure.
+        """
+        client = self.client  # outside the try: a GuardSetupError is the caller's mistake, not an outage
+        loop = asyncio.get_running_loop()
+        late = 0
+        while True:
+            started = loop.time()
+            try:
+                if isinstance(client, RedisCluster):
+                    # Read the cluster's layout first, once (again after a failure), under the client's lock: the
+                    # concurrent first commands of a cold cluster client break inside redis-py (a closed transport).
+                    await client.initialize()
+                return await request(client)
+            except UnicodeDecodeError as error:  # a client that decodes replies (decode_responses=True)
+                self._cache.pop(name, None)
+                raise _not_text(name, error) from error
+            except AskError as error:  # MOVED or ASK: a cluster node, reached by a client for one server
+                self._cache.pop(name, None)
+                if self._make_cluster is not None and not isinstance(client, RedisCluster):
+                    self._become_cluster()
+                    client = self.client
+                    continue
+                raise StoreUnavailable(
+                    f"Redis failed while {doing} {name!r}: {type(error).__name__} {error} (a Redis Cluster node: "
+                    "pass a redis.asyncio.RedisCluster client, or use RedisStore.from_url(url), which finds the "
+                    "cluster)"
+                ) from error
+            except RedisTimeoutError as error:
+                self._cache.pop(name, None)
+                overdue = loop.time() - started - (self._timeout or 0.0)
+                if self._timeout is not None and overdue > LATE and late < LATE_RETRIES:
+                    late += 1
+                    self.late_timeouts += 1
+                    continue
+                raise StoreUnavailable(f"Redis failed while {doing} {name!r}: {_named(error)}") from error
+            except Exception as error:  # a connection or server error, or a bug in the client: an outage all the same
+                self._cache.pop(name, None)
+                raise StoreUnavailable(f"Redis failed while {doing} {name!r}: {_named(error)}") from error
 
     def _pair(self, name: str, token: Any, raw: Any) -> tuple[str, str]:
         """A stored token and state as text; ``StateCorrupt`` (and ``name`` forgotten) for bytes that are not
@@ -514,6 +637,67 @@ class RedisStore:
         cache.move_to_end(name)
         if len(cache) > self.cache_size:
             cache.popitem(last=False)
+
+
+def _named(error: Exception) -> str:
+    """An error as text that names its kind: a bare ``TypeError('...')`` from inside a client says what it is."""
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _socket_timeout(client: Client) -> float | None:
+    """The reply timeout of ``client``'s connections, or ``None`` if it has none (or it cannot be found)."""
+    kwargs = getattr(client, "connection_kwargs", None)  # RedisCluster
+    if kwargs is None:
+        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    timeout = kwargs.get("socket_timeout") if isinstance(kwargs, dict) else None
+    return float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
+
+
+def _sentinel(url: str, options: dict[str, Any]) -> Callable[[], Client]:
+    """What makes a client of the primary named by a ``redis+sentinel://`` URL (see ``RedisStore.from_url``)."""
+    parts = urlsplit(url)
+    if parts.query or parts.fragment:
+        raise ValueError(
+            f"a Sentinel URL takes no query string ({parts.query or parts.fragment!r}): pass options as "
+            "keywords of RedisStore.from_url (the Sentinels' own in sentinel_kwargs={...})"
+        )
+    credentials, _, hosts = parts.netloc.rpartition("@")
+    sentinels = []
+    for host in filter(None, hosts.split(",")):
+        found = _HOST.fullmatch(host)
+        if found is None:
+            raise ValueError(f"{host!r} in the Sentinel URL {url!r} is not host[:port]")
+        sentinels.append((found["address"].strip("[]"), int(found["port"] or SENTINEL_PORT)))
+    path = [part for part in parts.path.split("/") if part]
+    if not sentinels or not path or len(path) > 2:
+        raise ValueError(
+            f"{url!r} is not a Sentinel URL: redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]"
+        )
+    connection = dict(options)
+    if credentials:
+        user, colon, password = credentials.partition(":")
+        connection.setdefault("username", unquote(user) or None)
+        if colon:
+            connection.setdefault("password", unquote(password))
+    if len(path) == 2:
+        try:
+            connection.setdefault("db", int(path[1]))
+        except ValueError:
+            raise ValueError(f"the database in {url!r} is not a number: {path[1]!r}") from None
+    if parts.scheme.lower().startswith("rediss"):
+        connection.setdefault("ssl", True)
+    sentinel_options = connection.pop("sentinel_kwargs", None)
+    if sentinel_options is None:
+        sentinel_options = {key: value for key, value in connection.items() if key.startswith("socket_")}
+        sentinel_options["ssl"] = connection.get("ssl", False)
+    service = unquote(path[0])
+
+    def make() -> Client:
+        sentinel = Sentinel(sentinels, sentinel_kwargs=sentinel_options, **connection)  # type: ignore[no-untyped-call]
+        return cast(Redis, sentinel.master_for(service))
+
+    return make
 
 
 def _text(value: Any) -> str:
