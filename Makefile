@@ -67,7 +67,8 @@ test-adk-oldest: .venv-adk-oldest/.installed
 	touch $@
 
 # Mutation testing of the core (not in CI; an hour or more): mutmut mutates src/repeat_hooks (all but stores/redis.py, whose
-# tests need a server: [tool.mutmut] in pyproject.toml), runs tests/core against each mutant in mutants/, and
+# tests need a server, and the console script offline/cli.py, whose tests run it in a child process: [tool.mutmut] in
+# pyproject.toml), runs tests/core against each mutant in mutants/, and
 # prints the survivors and the kill rate. `.venv/bin/mutmut show NAME` shows one mutant's diff.
 MUTATE_JOBS ?= 2
 mutate: $(STAMP)

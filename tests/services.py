@@ -51,7 +51,7 @@ import sysconfig
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -97,10 +97,17 @@ def free_cluster_port() -> int:
     raise RuntimeError("no free port pair (p, p + 10000) for a Redis Cluster node")
 
 
-def spawn(argv: Sequence[str], log: Path, cwd: Path, user: pwd.struct_passwd | None = None) -> subprocess.Popen[bytes]:
+def spawn(
+    argv: Sequence[str],
+    log: Path,
+    cwd: Path,
+    user: pwd.struct_passwd | None = None,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
     """Start ``argv`` in its own session (a Ctrl-C reaches the tests, not the server), output to ``log``.
 
     ``user``: run it as that (unprivileged) account instead of ours: its uid, its group, no other groups.
+    ``env``: its environment (ours when ``None``).
     """
     with log.open("ab") as out:
         process = subprocess.Popen(
@@ -109,6 +116,7 @@ def spawn(argv: Sequence[str], log: Path, cwd: Path, user: pwd.struct_passwd | N
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            env=None if env is None else dict(env),
             start_new_session=True,
             user=None if user is None else user.pw_uid,
             group=None if user is None else user.pw_gid,
