@@ -220,7 +220,9 @@ class Deliveries(MutableMapping[str, Delivery]):
             packed.update(kept)
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, tp: Any, handler: GetCoreSchemaHandler) -> CoreSchema:  # pragma: no mutate
+    def __get_pydantic_core_schema__(
+        cls, tp: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:  # pragma: no mutate block
         """Stored: ``{delivery id: packed text}`` (each text checked whole), or the lists of earlier states.
 
         Left out of mutation testing: pydantic builds the schema once, when ``GuardState`` is defined, before any

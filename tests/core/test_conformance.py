@@ -4,6 +4,7 @@ drive) runs every scenario, so the catalogue is known to be consistent before an
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import uuid
 from pathlib import Path
@@ -148,7 +149,7 @@ class StoredGuard:
         )
 
 
-@pytest.mark.slow  # two fresh interpreters: left out of mutation testing, which runs tests/core per mutant
+# Two fresh interpreters (a few seconds): kept in mutation testing, which then sees the harness that runs them.
 def test_a_turn_retried_after_a_crash_runs_no_write_again(tmp_path: Path) -> None:
     """The reference loop with its state in a store: the first process dies right after the order ran, the
     retry in a second process refuses it (its outcome never came) and tracks on from where the first stopped."""
@@ -158,7 +159,6 @@ def test_a_turn_retried_after_a_crash_runs_no_write_again(tmp_path: Path) -> Non
     assert outcome.seen[1].startswith("Refused: place_order with these exact arguments was already sent")
 
 
-@pytest.mark.slow  # two fresh interpreters
 def test_check_retried_catches_a_retry_that_starts_the_turn_afresh(tmp_path: Path) -> None:
     """A driver that names a new turn on the retry (every count afresh): the order runs twice, and check says so."""
     code, outcome, box = run_retried("test_conformance:ForgetfulDriver", RETRIED, tmp_path, path=[str(HERE)])
@@ -300,3 +300,40 @@ def test_the_retry_harness_in_one_process_a_crash_then_its_retry(
     with pytest.raises(AssertionError, match="the first process exited 0, not at the crash"):
         check_retried(RETRIED, 0, outcome, box)
     assert box.run("track_parcel", "FR-7731") == "FR-7731: in transit" and box.runs["track_parcel"] == 3
+
+
+def test_check_counts_the_asks_of_a_tool_whose_human_rejects_every_call() -> None:
+    """``a_rejected_call_is_not_put_to_a_human_again_and_again``: two asks, both rejected, then refused unasked."""
+    scenario = by_name("a_rejected_call_is_not_put_to_a_human_again_and_again")
+    box = ToolBox(scenario)
+    outcomes = ReferenceDriver().run(scenario, box)
+    assert box.asked["refund_order"] == 2
+    check(scenario, box, outcomes)
+    box.asked["refund_order"] = 3  # asked once too often
+    with pytest.raises(AssertionError, match=r"refund_order: a human was asked 3 times and it ran 0 times, expected 2"):
+        check(scenario, box, outcomes)
+    box.asked["refund_order"], box.runs["refund_order"] = 2, 1  # the right asks, but one ran
+    with pytest.raises(AssertionError, match=r"asked 2 times and it ran 1 times, expected 2 asks and no run \(every"):
+        check(scenario, box, outcomes)
+    box.runs["refund_order"] = 0
+    no_asks = dataclasses.replace(scenario, expect=dataclasses.replace(scenario.expect, asked={}))
+    with pytest.raises(AssertionError, match=r"asked 2 times and it ran 0 times, expected 0 asks"):
+        check(no_asks, box, outcomes)  # a scenario naming no asks expects none
+
+
+def test_a_stop_lag_is_one_figure_or_one_per_stop_reason() -> None:
+    """An SDK with no hook before a model call states how many calls follow a stop: for every reason, or per reason
+    (a reason it does not name: none)."""
+    from repeat_hooks import StopReason
+
+    scenario = by_name("seed_004_story")
+    box = ToolBox(scenario)
+    outcomes = ReferenceDriver().run(scenario, box)
+    late = [dataclasses.replace(outcomes[0], model_calls=outcomes[0].model_calls + 1), outcomes[1]]
+    check(scenario, box, late, stop_lag=1)
+    check(scenario, box, late, stop_lag={StopReason.IGNORED_REFUSALS: 1})
+    with pytest.raises(AssertionError, match="turn 0: 6 model calls, expected 5"):
+        check(scenario, box, late, stop_lag={StopReason.MAX_STEPS: 1})  # another reason's lag: none for this one
+    with pytest.raises(AssertionError, match="turn 0: 6 model calls, expected 5"):
+        check(scenario, box, late)
+    check(scenario, box, outcomes, stop_lag={StopReason.MAX_STEPS: 1})  # the second turn has no stop: no lag

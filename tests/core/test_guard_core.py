@@ -488,9 +488,29 @@ def test_scope_names_the_conversation_and_agent_as_text_only_for_observers(heard
         assert (current_scope().conversation_id, current_scope().agent_name) == (None, None)
 
 
-def test_scope_costs_nothing_without_observers() -> None:
-    with GuardCore(owner="Guard").scope("c1", "a") as entered:
-        assert entered is None and current_scope().conversation_id is None
+def test_every_log_line_of_a_hook_call_names_its_conversation_and_agent(caplog: pytest.LogCaptureFixture) -> None:
+    """With no observer at all: an operator reading the log ties each refusal and stop to its conversation."""
+    core = GuardCore(Policy(max_refusals=1), owner="Guard", store=MemoryStore())
+
+    def call(state: GuardState) -> object:
+        return core.policy.decide_tool_call(state, CALL, turn_id="t1")
+
+    def model(state: GuardState) -> object:
+        return core.policy.decide_model_call(state, turn_id="t1")
+
+    with caplog.at_level(logging.INFO, logger="repeat_hooks"), core.scope("chat-42", "parcel-tracker"):
+        for _ in range(3):
+            core.update_now("chat-42", call, outage=None)
+        assert core.update_now("chat-42", model, outage=None) is not None
+    lines = [record.getMessage() for record in caplog.records]
+    assert [line.split(":")[0] for line in lines] == ["repeat_hooks refusal", "repeat_hooks stop"]
+    assert all(line.endswith(" turn=t1 [conversation=chat-42 agent=parcel-tracker]") for line in lines), lines
+    assert {(record.conversation_id, record.agent_name) for record in caplog.records} == {("chat-42", "parcel-tracker")}
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="repeat_hooks"):  # outside any hook call: the line as it was
+        for _ in range(3):
+            core.update_now("chat-9", call, outage=None)
+    assert [record.getMessage().endswith(" turn=t1") for record in caplog.records] == [True]
 
 
 def test_parsed_states_forget_drops_what_was_kept() -> None:

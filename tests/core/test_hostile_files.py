@@ -352,9 +352,10 @@ def test_the_recorder_never_follows_a_planted_symlink(
     assert recorder.path == folder / "repeat-hooks-3.jsonl"  # the first set whose files are its own
     said = [record.getMessage() for record in caplog.records]
     assert said == [
-        f"repeat_hooks recording: {folder / FILE_NAME} is a symbolic link, not followed: writing another file set",
+        f"repeat_hooks recording: {folder / FILE_NAME} is a symbolic link, not followed: writing another file set"
+        " [conversation=kept]",  # the hook call's conversation, which the recorder served
         f"repeat_hooks recording: {folder / '.repeat-hooks-2.jsonl.lock'} is a symbolic link, not followed: "
-        "writing another file set",
+        "writing another file set [conversation=kept]",
     ]
     status, out, err = cli(capsys, "replay", str(folder), "--json")
     assert status == 1

@@ -498,3 +498,40 @@ def test_only_the_first_examples_are_kept() -> None:
     turn = one_call_per_response(*(RecordedCall("poll", {}, str(n)) for n in range(MAX_EXAMPLES + 5)))
     tally = replay(Policy(count="per_turn", max_calls=1, max_refusals=None), [Trajectory("t", [turn])])
     assert tally.harmful == MAX_EXAMPLES + 4 and len(tally.examples) == MAX_EXAMPLES
+
+
+def test_a_harmful_refusal_shows_the_calls_around_it_by_their_digests() -> None:
+    """The context of a harmful refusal: up to 3 calls either side, each by position (from 1), tool, 8 hex characters
+    of its arguments' digest, the first 8 of its outcome's ("?" when unrecorded), whether it failed and whether the
+    guard refused it."""
+    import hashlib
+
+    from repeat_hooks.call import canonical_arguments
+    from repeat_hooks.offline.replay import UNRECORDED, ContextCall
+    from repeat_hooks.result import outcome_digest
+
+    odd = {"q": "\ud800"}  # a lone surrogate: digested as the guard keeps it, never a crash
+    calls = [
+        *[RecordedCall("poll", {"n": 1}, "same")] * 3,
+        RecordedCall("lookup", odd, "nothing", ok=False),
+        RecordedCall("note", {}, UNRECORDED),
+        RecordedCall("poll", {"n": 1}, "new"),
+    ]
+    policy = Policy(max_calls=3, count="per_turn")
+    tally = replay(policy, [Trajectory("late", [[[c] for c in calls]], success=True)])
+    (harm,) = tally.harmful_refusals
+
+    def digest(arguments: object) -> str:
+        text = canonical_arguments(arguments).encode("utf-8", "surrogatepass")
+        return hashlib.blake2b(text, digest_size=4).hexdigest()
+
+    assert (
+        harm.context
+        == (  # the 4th poll, refused, and the three calls before it
+            ContextCall(3, "poll", digest({"n": 1}), outcome_digest(True, "same")[:8], ok=True, refused=False),
+            ContextCall(4, "lookup", digest(odd), outcome_digest(False, "nothing")[:8], ok=False, refused=False),
+            ContextCall(5, "note", digest({}), "?", ok=True, refused=False),
+            ContextCall(6, "poll", digest({"n": 1}), outcome_digest(True, "new")[:8], ok=True, refused=True),
+        )
+    )
+    assert len(digest({"n": 1})) == 8 and digest({"n": 1}) != digest({"n": 2})

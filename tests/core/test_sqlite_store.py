@@ -61,6 +61,10 @@ def test_a_change_that_raises_writes_nothing_and_reaches_the_caller(tmp_path: Pa
     with pytest.raises(KeyError):
         store.update_now("conv", broken)
     assert asyncio.run(store.load("conv")) is None
+    # Rolled back, not left open: the next update on this thread's connection takes the lock and commits.
+    store.update_now("conv", lambda state: setattr(state.turn, "refusals", 1))
+    loaded = asyncio.run(store.load("conv"))
+    assert loaded is not None and loaded.turn.refusals == 1
 
 
 def test_a_path_that_cannot_hold_a_database_fails_at_setup(tmp_path: Path) -> None:
@@ -117,3 +121,40 @@ async def test_a_table_someone_else_dropped_is_an_outage_naming_the_file(tmp_pat
         store.update_now("c1", lambda state: None)
     with pytest.raises(StoreUnavailable, match=rf"^SQLiteStore {re.escape(str(path))}: no such table"):
         await store.load("c1")
+
+
+def test_a_lock_held_elsewhere_is_an_outage_after_timeout_seconds(tmp_path: Path) -> None:
+    path = tmp_path / "states.db"
+    store = SQLiteStore(path, timeout=0.2)
+    assert (SQLiteStore(tmp_path / "d.db").timeout, SQLiteStore(tmp_path / "d.db").max_sessions) == (10.0, 100_000)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process's write transaction, say
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=rf"^SQLiteStore {re.escape(str(path))}: database is locked"):
+            store.update_now("c1", lambda state: None)
+        assert 0.15 < time.monotonic() - started < 2.0  # its own timeout, not SQLite's default 5 s
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    store.update_now("c1", lambda state: None)  # the lock gone, it goes on
+    assert SQLiteStore(tmp_path / "t.db", timeout=0.5).timeout == 0.5  # under a second is a timeout too
+
+
+def test_a_forked_process_opens_its_own_connection_and_counts_on(tmp_path: Path) -> None:
+    import os
+
+    store = SQLiteStore(tmp_path / "states.db")
+    policy = Policy(max_calls=10, count="per_turn")
+    store.update_now("conv", lambda state: policy.decide_tool_call(state, ToolCall("t", {}), turn_id="t1"))
+    child = os.fork()
+    if child == 0:  # the child: the parent's connection must not be used across the fork
+        try:
+            store.update_now("conv", lambda state: policy.decide_tool_call(state, ToolCall("t", {}), turn_id="t1"))
+        finally:
+            os._exit(0 if store._pid == os.getpid() else 3)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    store.update_now("conv", lambda state: policy.decide_tool_call(state, ToolCall("t", {}), turn_id="t1"))
+    state = asyncio.run(store.load("conv"))
+    assert state is not None and list(state.turn.counts.values()) == [3]

@@ -247,9 +247,8 @@ class GuardCore:
         self, conversation_id: object = None, agent_name: object = None
     ) -> contextlib.AbstractContextManager[Any]:
         """``observe.scope(...)`` naming the conversation and the agent a hook call serves (as text; ``None`` or
-        ``""`` names none), for the observers and the log lines; nothing at all when nobody observes."""
-        if not observe.OBSERVERS:
-            return contextlib.nullcontext()
+        ``""`` names none), for the observers and the guard's log lines (each ends with
+        ``[conversation=... agent=...]``): about a microsecond a hook call."""
         return observe.scope(conversation_id=_text(conversation_id), agent_name=_text(agent_name))
 
     def stopped(self, stop: Stop, error: type[GuardStopped], *details: Any) -> GuardStopped | None:
@@ -376,6 +375,7 @@ class GuardCore:
             failure,
             self.fail,
             exc_info=failure if logger.isEnabledFor(logging.DEBUG) else None,  # one line a call; the trace at DEBUG
+            extra={"conversation_id": conversation, "agent_name": observe.current_scope().agent_name},
         )
         if observe.OBSERVERS:
             observe.tell(Outage(where, f"{type(failure).__name__}: {failure}"[:500], self.fail, conversation))

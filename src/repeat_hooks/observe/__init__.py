@@ -180,22 +180,62 @@ def current_scope() -> Scope:
     return _SCOPE.get() or _NO_SCOPE
 
 
-@contextlib.contextmanager
-def scope(*, conversation_id: str | None = None, agent_name: str | None = None) -> Iterator[Scope]:
-    """Within the block, observations belong to this conversation and agent (adapters wrap their hook calls).
+def scope(
+    *, conversation_id: str | None = None, agent_name: str | None = None
+) -> contextlib.AbstractContextManager[Scope]:
+    """Within the block, observations and the guard's log lines belong to this conversation and agent (adapters
+    wrap their hook calls).
 
     A field left ``None`` keeps the enclosing scope's value. Both are kept as text, as the guard keeps tool
     names and turn ids (``call.as_text``): an SDK's id that is an int or a UUID is its ``str`` (``42`` is
     ``"42"``, the same conversation), a lone surrogate is escaped, an id past 1,000 characters is shortened
     to a distinct one. So whatever an adapter passes, the recording, the log line and the span name it as
     text the reader takes (never refused: a scope is entered in the hook call, and must not fail it)."""
-    outer = current_scope()
-    inner = Scope(
-        conversation_id=as_text(conversation_id) if conversation_id is not None else outer.conversation_id,
-        agent_name=as_text(agent_name) if agent_name is not None else outer.agent_name,
-    )
-    token = _SCOPE.set(inner)
-    try:
-        yield inner
-    finally:
-        _SCOPE.reset(token)
+    return _Scoped(conversation_id, agent_name)
+
+
+class _Scoped:
+    """``scope(...)``'s context manager (a class, not a generator: adapters enter one on every hook call)."""
+
+    __slots__ = ("inner", "token")
+
+    def __init__(self, conversation_id: str | None, agent_name: str | None) -> None:
+        outer = _SCOPE.get() or _NO_SCOPE
+        self.inner = Scope(
+            conversation_id=as_text(conversation_id) if conversation_id is not None else outer.conversation_id,
+            agent_name=as_text(agent_name) if agent_name is not None else outer.agent_name,
+        )
+
+    def __enter__(self) -> Scope:
+        self.token = _SCOPE.set(self.inner)
+        return self.inner
+
+    def __exit__(self, *exc_info: object) -> None:
+        _SCOPE.reset(self.token)
+
+
+class _NamesTheConversation(logging.Filter):
+    """Ends each of the guard's log lines with the conversation and agent of the hook call that logged it, where an
+    adapter named them (``scope``), as `` [conversation=... agent=...]``, and sets them on the record
+    (``conversation_id``, ``agent_name``) for structured logging. A line that names its conversation itself
+    (``extra={"conversation_id": ...}``) is left as it is."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if hasattr(record, "conversation_id"):
+            return True
+        known = _SCOPE.get()
+        if known is None or (known.conversation_id is None and known.agent_name is None):
+            return True
+        record.conversation_id, record.agent_name = known.conversation_id, known.agent_name
+        if isinstance(record.msg, str) and isinstance(record.args, tuple):
+            names = [
+                f"{field}=%s"
+                for field, value in (("conversation", known.conversation_id), ("agent", known.agent_name))
+                if value is not None
+            ]
+            values = [value for value in (known.conversation_id, known.agent_name) if value is not None]
+            record.msg, record.args = f"{record.msg} [{' '.join(names)}]", (*record.args, *values)
+        return True
+
+
+logger.addFilter(_NamesTheConversation())

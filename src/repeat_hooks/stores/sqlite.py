@@ -34,6 +34,23 @@ CREATE TABLE IF NOT EXISTS repeat_hooks_states (
 );
 CREATE INDEX IF NOT EXISTS repeat_hooks_states_touched ON repeat_hooks_states (touched);
 """
+# The statements, named (module constants: the SQL is no function's logic, and its keywords are any case).
+_WAL = "PRAGMA journal_mode=WAL"
+_SYNCHRONOUS = "PRAGMA synchronous=NORMAL"  # WAL: a process killed loses nothing committed
+_BEGIN = "BEGIN IMMEDIATE"  # the write lock first: read, decide and write under it
+_SELECT = "SELECT state FROM repeat_hooks_states WHERE key = ?"
+_UPSERT = (
+    "INSERT INTO repeat_hooks_states (key, state, touched) VALUES (?, ?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET state = excluded.state, touched = excluded.touched"
+)
+_EXPIRE = "DELETE FROM repeat_hooks_states WHERE touched < ?"
+_EVICT = (
+    "DELETE FROM repeat_hooks_states WHERE key IN "
+    "(SELECT key FROM repeat_hooks_states ORDER BY touched DESC LIMIT -1 OFFSET ?)"
+)
+_COUNT = "SELECT COUNT(*) FROM repeat_hooks_states"
+_COMMIT = "COMMIT"
+_ROLLBACK = "ROLLBACK"
 
 
 class SQLiteStore:
@@ -76,27 +93,23 @@ class SQLiteStore:
         """``update`` for synchronous callers: the same transaction, on this thread."""
         try:
             connection = self._connect()
-            connection.execute("BEGIN IMMEDIATE")
+            connection.execute(_BEGIN)
         except sqlite3.Error as error:
             raise StoreUnavailable(f"SQLiteStore {self.path}: {error}") from error
         try:
-            row = connection.execute("SELECT state FROM repeat_hooks_states WHERE key = ?", (key,)).fetchone()
+            row = connection.execute(_SELECT, (key,)).fetchone()
             state = load_state(row[0]) if row is not None else GuardState()
             if observe.OBSERVERS:
                 state.listen()
             result = change(state)
             now = time.time()
-            connection.execute(
-                "INSERT INTO repeat_hooks_states (key, state, touched) VALUES (?, ?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET state = excluded.state, touched = excluded.touched",
-                (key, state.model_dump_json(), now),
-            )
+            connection.execute(_UPSERT, (key, state.model_dump_json(), now))
             if row is None:
                 self._bound(connection, now)
-            connection.execute("COMMIT")
+            connection.execute(_COMMIT)
         except BaseException as error:
             with contextlib.suppress(sqlite3.Error):
-                connection.execute("ROLLBACK")
+                connection.execute(_ROLLBACK)
             if isinstance(error, sqlite3.Error):
                 raise StoreUnavailable(f"SQLiteStore {self.path}: {error}") from error
             raise
@@ -106,13 +119,13 @@ class SQLiteStore:
     async def load(self, key: str) -> GuardState | None:
         """See ``StateStore.load``: the state as last committed, or ``None``."""
         try:
-            row = self._connect().execute("SELECT state FROM repeat_hooks_states WHERE key = ?", (key,)).fetchone()
+            row = self._connect().execute(_SELECT, (key,)).fetchone()
         except sqlite3.Error as error:
             raise StoreUnavailable(f"SQLiteStore {self.path}: {error}") from error
         return None if row is None else load_state(row[0])
 
     def __len__(self) -> int:
-        return int(self._connect().execute("SELECT COUNT(*) FROM repeat_hooks_states").fetchone()[0])
+        return int(self._connect().execute(_COUNT).fetchone()[0])
 
     def __bool__(self) -> bool:
         """A store is a store, empty or not (``store or default`` must not drop an empty one)."""
@@ -121,12 +134,8 @@ class SQLiteStore:
     def _bound(self, connection: sqlite3.Connection, now: float) -> None:
         """A conversation was added: forget the expired ones, and the least recently updated past the cap."""
         if self.ttl is not None:
-            connection.execute("DELETE FROM repeat_hooks_states WHERE touched < ?", (now - self.ttl,))
-        connection.execute(
-            "DELETE FROM repeat_hooks_states WHERE key IN "
-            "(SELECT key FROM repeat_hooks_states ORDER BY touched DESC LIMIT -1 OFFSET ?)",
-            (self.max_sessions,),
-        )
+            connection.execute(_EXPIRE, (now - self.ttl,))
+        connection.execute(_EVICT, (self.max_sessions,))
 
     def _connect(self) -> sqlite3.Connection:
         """This thread's connection (a forked process opens its own: a connection must not cross a fork)."""
@@ -136,8 +145,8 @@ class SQLiteStore:
         if connection is None:
             try:
                 connection = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
-                connection.execute("PRAGMA journal_mode=WAL")
-                connection.execute("PRAGMA synchronous=NORMAL")  # WAL: a process killed loses nothing committed
+                connection.execute(_WAL)
+                connection.execute(_SYNCHRONOUS)
                 connection.executescript(_SCHEMA)
             except sqlite3.Error as error:
                 raise StoreUnavailable(f"SQLiteStore {self.path}: {error}") from error
