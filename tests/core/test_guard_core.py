@@ -27,7 +27,7 @@ from repeat_hooks import (
 )
 from repeat_hooks.kit import GuardCore, Request, current_request, hints, request, tool_call
 from repeat_hooks.kit.states import ParsedStates
-from repeat_hooks.observe import Observation, Outage, ToolCallDecided, add_observer, current_scope, scope
+from repeat_hooks.observe import Observation, Outage, Scope, ToolCallDecided, add_observer, current_scope, scope
 from repeat_hooks.stop_rules import Feed
 
 CALL = ToolCall("track", {"id": "FR-1"})
@@ -122,6 +122,24 @@ def test_is_failure_reads_what_the_model_reads_and_a_broken_one_leaves_the_sdks_
         assert broken.ok(False, '{"status": "ok"}') is False
     assert "is_failure raised AttributeError" in caplog.text and "on a str result" in caplog.text
     assert caplog.text.count("Traceback") == 1  # the trace once, a line a call after
+    assert [record.getMessage() for record in caplog.records] == [
+        "repeat_hooks: Guard's is_failure raised AttributeError: 'str' object has no attribute 'get' on a str result; "
+        "the call counts as the SDK says (succeeded)"
+    ] * 2
+    assert [record.exc_info is not None for record in caplog.records] == [True, False]
+
+
+async def test_an_async_update_of_the_sdks_slot_decides_writes_back_and_is_heard(heard: list[Observation]) -> None:
+    core = GuardCore(owner="Guard")
+    slot = Slot()
+    decided = [
+        await core.update(slot, lambda state: core.policy.decide_tool_call(state, CALL), outage=None) for _ in "abc"
+    ]
+    assert [refusal is None for refusal in decided] == [True, True, False]
+    assert slot.writes == 3 and Slot(slot.raw).read().turn.refusals == 1
+    assert [type(seen).__name__ for seen in heard].count("ToolCallDecided") == 3
+    broken = Slot("not a state")
+    assert await core.update(broken, lambda state: core.policy.decide_tool_call(state, CALL), outage="down") == "down"
 
 
 async def test_a_store_key_is_decided_and_committed_then_observed(heard: list[Observation]) -> None:
@@ -212,7 +230,8 @@ async def test_an_outage_fails_open_or_closed_and_is_logged_and_observed(
         Outage("k", "StoreUnavailable: redis://10.0.0.1: connection refused", "closed", "conv-7"),
         Outage("k", "StoreUnavailable: redis://10.0.0.1: connection refused", "closed", "conv-7"),
     ]
-    assert "could not reach the state of k (conversation conv-7)" in caplog.text and "failing closed" in caplog.text
+    assert "could not reach the state of k: StoreUnavailable" in caplog.text
+    assert "failing closed [conversation=conv-7]" in caplog.text
 
 
 async def test_a_mistake_is_no_outage_and_a_change_that_raises_reaches_the_caller() -> None:
@@ -513,6 +532,24 @@ def test_every_log_line_of_a_hook_call_names_its_conversation_and_agent(caplog: 
     assert [record.getMessage().endswith(" turn=t1") for record in caplog.records] == [True]
 
 
+def test_a_log_line_without_arguments_keeps_its_percent_signs_and_a_scope_reads_its_outer_one_when_entered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logger = logging.getLogger("repeat_hooks")
+    agent = scope(agent_name="tracker")  # made before the conversation's scope is entered, entered within it
+    with caplog.at_level(logging.INFO, logger="repeat_hooks"), scope(conversation_id="chat-1"), agent as inner:
+        logger.info("100% done")
+        logger.info("%d%% of %s", 50, "it")
+    assert (inner.conversation_id, inner.agent_name) == ("chat-1", "tracker")
+    assert [record.getMessage() for record in caplog.records] == [
+        "100% done [conversation=chat-1 agent=tracker]",
+        "50% of it [conversation=chat-1 agent=tracker]",
+    ]
+    with agent, agent:  # entered twice, left twice: the scope outside is back
+        assert current_scope().agent_name == "tracker"
+    assert current_scope() == Scope()
+
+
 def test_parsed_states_forget_drops_what_was_kept() -> None:
     states = ParsedStates(size=4)
     state = GuardState()
@@ -645,8 +682,9 @@ def test_an_outage_log_names_the_guard_the_key_and_the_error_and_the_observers_g
     with caplog.at_level(logging.ERROR, logger="repeat_hooks"), request(conversation_id="conv-3"):
         assert core.update_now("key-9", ending(core), outage=core.ended) is None
     line = caplog.records[-1].getMessage()
-    assert line.startswith("repeat_hooks: Tracker guard could not reach the state of key-9 (conversation conv-3)")
-    assert "StoreUnavailable: xxx" in line and line.endswith("; failing open") and caplog.records[-1].exc_info is None
+    assert line.startswith("repeat_hooks: Tracker guard could not reach the state of key-9: StoreUnavailable: xxx")
+    assert line.endswith("; failing open [conversation=conv-3]") and caplog.records[-1].exc_info is None
+    assert caplog.records[-1].conversation_id == "conv-3"
     caplog.clear()
     with caplog.at_level(logging.DEBUG, logger="repeat_hooks"):
         core.update_now("key-9", ending(core), outage=core.ended)

@@ -139,9 +139,14 @@ def test_the_renamed_verb_and_fields_still_work_with_a_warning() -> None:
     policy, state = Policy(count="progress"), GuardState()
     call = ToolCall("refund", {"order": 1}, call_id="c1")
     policy.decide_tool_call(state, call)
-    with pytest.deprecated_call(match="Policy.withdraw_tool_call is deprecated: use Policy.record_rejection"):
+    with pytest.deprecated_call(match=r"^Policy\.withdraw_tool_call is deprecated: use Policy\.record_rejection$"):
         policy.withdraw_tool_call(state, call)
     assert state.deliveries[f"c1@{state.turn.number}.0"].settled
+    with pytest.deprecated_call() as warned:
+        policy.withdraw_tool_call(state, call, turn_id="t2")  # the turn it names, as record_rejection's
+    assert state.turn.id == "t2"
+    if not mutating():
+        assert warned[0].filename == __file__  # the caller's line
     refusal = repeat_hooks.Refusal.model_validate({"message": "m", "reason": "repeated_call", "kind": "cycle"})
     assert refusal.reason is RefusalKind.CYCLE  # a refusal saved by 0.2
 

@@ -142,19 +142,46 @@ def test_a_lock_held_elsewhere_is_an_outage_after_timeout_seconds(tmp_path: Path
 
 
 def test_a_forked_process_opens_its_own_connection_and_counts_on(tmp_path: Path) -> None:
+    """In a fresh interpreter (forking this multi-threaded test process could deadlock the child): the store is
+    used, the process forks, the child updates through the same store object, then the parent again."""
     import os
+    import subprocess
+    import sys
+    import textwrap
 
-    store = SQLiteStore(tmp_path / "states.db")
-    policy = Policy(max_calls=10, count="per_turn")
-    store.update_now("conv", lambda state: policy.decide_tool_call(state, ToolCall("t", {}), turn_id="t1"))
-    child = os.fork()
-    if child == 0:  # the child: the parent's connection must not be used across the fork
-        try:
-            store.update_now("conv", lambda state: policy.decide_tool_call(state, ToolCall("t", {}), turn_id="t1"))
-        finally:
-            os._exit(0 if store._pid == os.getpid() else 3)
-    _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    store.update_now("conv", lambda state: policy.decide_tool_call(state, ToolCall("t", {}), turn_id="t1"))
-    state = asyncio.run(store.load("conv"))
-    assert state is not None and list(state.turn.counts.values()) == [3]
+    import repeat_hooks
+
+    script = textwrap.dedent(
+        """
+        import asyncio, os, sys
+        from repeat_hooks import Policy, ToolCall
+        from repeat_hooks.stores.sqlite import SQLiteStore
+
+        store, policy = SQLiteStore(sys.argv[1]), Policy(max_calls=10, count="per_turn")
+        def decide(state):
+            return policy.decide_tool_call(state, ToolCall("t", {}), turn_id="t1")
+        store.update_now("conv", decide)
+        child = os.fork()
+        if child == 0:  # the parent's connection must not be used across the fork
+            try:
+                store.update_now("conv", decide)
+            finally:
+                os._exit(0 if store._pid == os.getpid() else 3)
+        _, status = os.waitpid(child, 0)
+        store.update_now("conv", decide)
+        state = asyncio.run(store.load("conv"))
+        print(os.waitstatus_to_exitcode(status), list(state.turn.counts.values()))
+        """
+    )
+    source = str(Path(repeat_hooks.__file__).resolve().parents[1])  # the code this test imported (mutmut's too)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([source, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "states.db")],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split(maxsplit=1) == ["0", "[3]\n"]

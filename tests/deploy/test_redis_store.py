@@ -507,6 +507,8 @@ class ReplyLosingConnection(Connection):
     """Loses the reply of the next script call once armed: the write happens, the client never hears."""
 
     armed = False
+    meanwhile: Callable[[], None] | None = None
+    """Run after the lost reply's write landed, before the client resends it (another writer, say)."""
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         self._script_call = ReplyLosingConnection.armed and b"EVAL" in b"".join(
@@ -518,6 +520,8 @@ class ReplyLosingConnection(Connection):
         response = await super().read_response(*args, **kwargs)
         if getattr(self, "_script_call", False):
             ReplyLosingConnection.armed = self._script_call = False
+            if ReplyLosingConnection.meanwhile is not None:
+                await asyncio.to_thread(ReplyLosingConnection.meanwhile)
             await self.disconnect()
             raise RedisConnectionError("reply lost (test)")
         return response
@@ -542,6 +546,52 @@ async def test_a_write_whose_reply_was_lost_is_not_applied_twice(redis_server: R
     assert store.conflicts == 0
 
 
+async def test_a_write_whose_reply_was_lost_lands_once_though_another_writer_wrote_since(
+    redis_server: RedisServer,
+) -> None:
+    """The write lands, its reply is lost, another process writes on top before the client resends it: the script
+    finds the resent write's token among the hash's last write tokens and answers that it landed, so the change
+    is not applied again on the newer state (it was: 102 where 101 was right)."""
+    prefix = f"test-{uuid.uuid4().hex[:8]}:"
+    runs: list[int] = []
+
+    def ours(state: GuardState) -> None:
+        runs.append(1)
+        state.key_id = str(int(state.key_id or 0) + 1)
+
+    def other_process() -> None:
+        async def write() -> None:
+            async with RedisStore.from_url(redis_server.url, prefix=prefix) as other:
+                await other.update("s", lambda state: setattr(state, "key_id", str(int(state.key_id or 0) + 100)))
+
+        asyncio.run(write())
+
+    async with RedisStore.from_url(redis_server.url, prefix=prefix, connection_class=ReplyLosingConnection) as store:
+        await store.update("s", lambda state: None)
+        ReplyLosingConnection.armed, ReplyLosingConnection.meanwhile = True, other_process
+        try:
+            await store.update("s", ours)
+        finally:
+            ReplyLosingConnection.meanwhile = None
+        assert not ReplyLosingConnection.armed  # the reply was lost, the call resent
+        state = await store.load("s")
+        stored = await store.client.hgetall(prefix + "s")
+    assert state is not None and state.key_id == "101" and runs == [1]
+    tokens = stored[b"r"].decode().split(",")
+    assert len(tokens) == 3 and tokens[0] == stored[b"t"].decode()  # newest first: the other's, ours, the first
+
+
+async def test_the_hash_keeps_the_last_eight_write_tokens(redis_server: RedisServer) -> None:
+    from repeat_hooks.stores.redis import RECENT_TOKENS
+
+    async with new_store(redis_server.url) as store:
+        for _ in range(12):
+            await store.update("s", lambda state: None)
+        stored = await store.client.hgetall(store.prefix + "s")
+    tokens = stored[b"r"].decode().split(",")
+    assert len(tokens) == RECENT_TOKENS == 8 and len(set(tokens)) == 8 and tokens[0] == stored[b"t"].decode()
+
+
 async def test_key_layout_prefix_and_ttl_on_every_write(redis_server: RedisServer) -> None:
     prefix = f"test-{uuid.uuid4().hex[:8]}:"
     async with (
@@ -554,7 +604,7 @@ async def test_key_layout_prefix_and_ttl_on_every_write(redis_server: RedisServe
         stored = await store.client.hgetall(prefix + "session-1")
         ttl_ms = await store.client.pttl(prefix + "session-1")
         assert await other.load("session-1") is None  # another prefix is another namespace
-    assert set(stored) == {b"t", b"s"}
+    assert set(stored) == {b"t", b"s", b"r"}  # token, state, the last write tokens
     assert list(GuardState.model_validate_json(stored[b"s"]).turn.counts.values()) == [2]
     assert 55_000 < ttl_ms <= 60_000  # the second write set the TTL again
 

@@ -312,3 +312,82 @@ async def test_the_readmes_acl_with_the_cluster_commands_is_all_a_cluster_needs(
     finally:
         for node in redis_cluster.nodes:
             redis_command(node.port, "ACL", "DELUSER", "repeat-hooks")
+
+
+# -- what a review found: retries that must not wait past the timeout, a cluster bootstrapped from every node ---
+
+
+async def test_a_hung_cluster_node_is_an_outage_after_one_timeout(redis_cluster: ClusterServers) -> None:
+    import os
+    import signal
+
+    prefix = f"test-{uuid.uuid4().hex[:8]}:"
+    store = RedisStore.from_url(redis_cluster.url, prefix=prefix, timeout=0.5)
+    key = next(f"s{n}" for n in range(100) if node_of(redis_cluster, f"{prefix}s{n}") == 1)
+    node = redis_cluster.nodes[1]
+    assert node.pid is not None
+    try:
+        await store.update(key, track)  # a cluster client now, warm
+        os.kill(node.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="Timeout"):
+            await store.update(key, track)
+        assert time.monotonic() - started < 1.2  # one timeout, not one per retry of the cluster client's and ours
+        assert store.late_timeouts == 0
+    finally:
+        os.kill(node.pid, signal.SIGCONT)
+        await store.aclose()
+
+
+def test_a_new_event_loop_finds_the_cluster_though_the_urls_node_is_down(redis_cluster: ClusterServers) -> None:
+    """A sync hook's loop made after the URL's node stopped answering: its cluster client starts from every node the
+    first one found, not from the URL's alone. (The node named is the second: redis-py reads the command table
+    from the cluster's first primary, so that one must answer whatever the URL.)"""
+    import os
+    import signal
+    import threading
+
+    prefix = f"test-{uuid.uuid4().hex[:8]}:"
+    named = redis_cluster.nodes[1]
+    store = RedisStore.from_url(named.url, prefix=prefix, timeout=0.5)
+    key = next(f"s{n}" for n in range(100) if node_of(redis_cluster, f"{prefix}s{n}") == 2)
+    assert named.pid is not None
+    loop = asyncio.new_event_loop()
+    try:
+        assert loop.run_until_complete(store.update(key, track)) is None  # switched to a cluster client here
+        os.kill(named.pid, signal.SIGSTOP)
+        decided: list[Any] = []
+        thread = threading.Thread(target=lambda: decided.append(asyncio.run(store.update(key, track))))
+        thread.start()
+        thread.join(30)
+        assert decided == [None]  # the second call: allowed, decided on the third node
+        fresh = RedisStore.from_url(named.url, prefix=prefix, timeout=0.5)  # a new store knows only the URL's node
+        with pytest.raises(StoreUnavailable, match="Timeout"):
+            loop.run_until_complete(fresh.update(key, track))
+        loop.run_until_complete(fresh.aclose())
+    finally:
+        os.kill(named.pid, signal.SIGCONT)
+        loop.run_until_complete(store.aclose())
+        loop.close()
+
+
+async def test_a_hung_sentinel_costs_one_timeout_and_aclose_closes_the_sentinels(
+    redis_sentinel: RedisSentinel, hung_redis: HungRedis
+) -> None:
+    url = f"redis+sentinel://127.0.0.1:{hung_redis.port},127.0.0.1:{redis_sentinel.port}/mymaster"
+    store = RedisStore.from_url(url, prefix="test:", timeout=0.3)
+    started = time.monotonic()
+    assert await store.update("s", track) is None
+    assert time.monotonic() - started < 1.5  # the hung one once (0.3 s), then the live one
+    assert len(clients_of(redis_sentinel.port)) >= 2  # the store's, and the one asking
+    await store.aclose()
+    deadline = time.monotonic() + 5
+    while len(clients_of(redis_sentinel.port)) > 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert len(clients_of(redis_sentinel.port)) == 1  # only the one asking: the store's went with aclose
+
+
+def clients_of(port: int) -> list[str]:
+    listed = redis_command(port, "CLIENT", "LIST")
+    text = listed.decode() if isinstance(listed, bytes) else str(listed)
+    return [line for line in text.splitlines() if line.strip()]

@@ -366,17 +366,16 @@ class GuardCore:
         """The state under ``where`` could not be reached: log it (with the conversation), tell the observers,
         and decide as ``fail`` says (``outage``)."""
         conversation = observe.current_scope().conversation_id or current_request().conversation_id
-        logger.error(
-            "repeat_hooks: %s could not reach the state of %s%s: %s: %s; failing %s",
-            self.owner,
-            where,
-            "" if conversation is None else f" (conversation {conversation})",
-            type(failure).__name__,
-            failure,
-            self.fail,
-            exc_info=failure if logger.isEnabledFor(logging.DEBUG) else None,  # one line a call; the trace at DEBUG
-            extra={"conversation_id": conversation, "agent_name": observe.current_scope().agent_name},
-        )
+        with observe.scope(conversation_id=conversation):  # the line ends [conversation=...], as every line
+            logger.error(
+                "repeat_hooks: %s could not reach the state of %s: %s: %s; failing %s",
+                self.owner,
+                where,
+                type(failure).__name__,
+                failure,
+                self.fail,
+                exc_info=failure if logger.isEnabledFor(logging.DEBUG) else None,  # one line a call; the trace at DEBUG
+            )
         if observe.OBSERVERS:
             observe.tell(Outage(where, f"{type(failure).__name__}: {failure}"[:500], self.fail, conversation))
         if isinstance(outage, Stop):  # a turn ended with no state to keep its stop in: kept here for stop_of

@@ -36,7 +36,7 @@ import contextlib
 import logging
 import warnings
 from collections.abc import Callable, Iterator
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -195,23 +195,28 @@ def scope(
 
 
 class _Scoped:
-    """``scope(...)``'s context manager (a class, not a generator: adapters enter one on every hook call)."""
+    """``scope(...)``'s context manager (a class, not a generator: adapters enter one on every hook call). The
+    enclosing scope is the one current when it is entered."""
 
-    __slots__ = ("inner", "token")
+    __slots__ = ("agent_name", "conversation_id", "tokens")
 
     def __init__(self, conversation_id: str | None, agent_name: str | None) -> None:
+        self.conversation_id = conversation_id
+        self.agent_name = agent_name
+        self.tokens: list[Token[Scope | None]] = []
+
+    def __enter__(self) -> Scope:
         outer = _SCOPE.get() or _NO_SCOPE
-        self.inner = Scope(
+        conversation_id, agent_name = self.conversation_id, self.agent_name
+        inner = Scope(
             conversation_id=as_text(conversation_id) if conversation_id is not None else outer.conversation_id,
             agent_name=as_text(agent_name) if agent_name is not None else outer.agent_name,
         )
-
-    def __enter__(self) -> Scope:
-        self.token = _SCOPE.set(self.inner)
-        return self.inner
+        self.tokens.append(_SCOPE.set(inner))
+        return inner
 
     def __exit__(self, *exc_info: object) -> None:
-        _SCOPE.reset(self.token)
+        _SCOPE.reset(self.tokens.pop())
 
 
 class _NamesTheConversation(logging.Filter):
@@ -228,13 +233,14 @@ class _NamesTheConversation(logging.Filter):
             return True
         record.conversation_id, record.agent_name = known.conversation_id, known.agent_name
         if isinstance(record.msg, str) and isinstance(record.args, tuple):
-            names = [
-                f"{field}=%s"
+            named = [
+                (field, value)
                 for field, value in (("conversation", known.conversation_id), ("agent", known.agent_name))
-                if value is not None
             ]
-            values = [value for value in (known.conversation_id, known.agent_name) if value is not None]
-            record.msg, record.args = f"{record.msg} [{' '.join(names)}]", (*record.args, *values)
+            shown = " ".join(f"{field}=%s" for field, value in named if value is not None)
+            message = record.msg if record.args else record.msg.replace("%", "%%")  # no args: % was never a format
+            record.msg = f"{message} [{shown}]"
+            record.args = (*record.args, *(value for _, value in named if value is not None))
         return True
 
 

@@ -51,9 +51,11 @@ from urllib.parse import unquote, urlsplit
 
 try:
     from redis.asyncio import Redis, RedisCluster
+    from redis.asyncio.cluster import ClusterNode
+    from redis.asyncio.connection import SSLConnection, parse_url
     from redis.asyncio.retry import Retry
     from redis.asyncio.sentinel import Sentinel
-    from redis.backoff import ExponentialBackoff
+    from redis.backoff import ExponentialBackoff, NoBackoff
     from redis.exceptions import AskError, NoScriptError
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -98,27 +100,43 @@ SENTINEL_PORT = 26379
 _HOST = re.compile(r"(?P<address>\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(?::(?P<port>[0-9]{1,5}))?")
 """One Sentinel of a URL: a name, an IPv4 address or a bracketed IPv6 one, and maybe a port."""
 
-# Both scripts work on KEYS[1], the session's hash: {t: token, s: state JSON, l: lease owner, x: lease
-# expiry in ms of the server's clock}. A lease whose expiry has passed counts as no lease.
+RECENT_TOKENS = 8
+"""Write tokens the hash keeps (its current one first), so that a write asked again after its reply was lost (a
+dropped connection, a late timeout) is found to have landed even when others wrote after it."""
+
+# Both scripts work on KEYS[1], the session's hash: {t: token, s: state JSON, r: the last RECENT_TOKENS write
+# tokens, comma-separated, l: lease owner, x: lease expiry in ms of the server's clock}. A lease whose expiry has
+# passed counts as no lease.
 _PREAMBLE = """
 if redis.replicate_commands then redis.replicate_commands() end
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local current = redis.call('HMGET', KEYS[1], 't', 's', 'l', 'x')
+local current = redis.call('HMGET', KEYS[1], 't', 's', 'l', 'x', 'r')
 local lease = current[3]
 if lease and tonumber(current[4]) <= ms then lease = false end
 """
 # ARGV: the token the state came with ('' = none stored), a new token, the new state JSON, TTL ms, the
-# caller's lease owner id ('' = none). Answers {1}: written, TTL set, any lease released. {0, token, state}:
-# the token changed (a conflict): the current token and state, to retry from. {2}: another writer holds
-# the lease: nothing written.
+# caller's lease owner id ('' = none). Answers {1}: written, TTL set, any lease released. {3}: this very write
+# (its new token) landed already: nothing written again. {0, token, state}: the token changed (a conflict): the
+# current token and state, to retry from. {2}: another writer holds the lease: nothing written.
 _COMPARE_AND_SET = (
     _PREAMBLE
     + """
+local recent = current[5] or ''
+if string.find(',' .. recent .. ',', ',' .. ARGV[2] .. ',', 1, true) then return {3} end
 if lease and lease ~= ARGV[5] then return {2} end
 local token = current[1] or ''
 if token ~= ARGV[1] then return {0, token, current[2] or ''} end
-redis.call('HSET', KEYS[1], 't', ARGV[2], 's', ARGV[3])
+local kept = ARGV[2]
+local n = 1
+for old in string.gmatch(recent, '[^,]+') do
+  if n >= """
+    + str(RECENT_TOKENS)
+    + """ then break end
+  kept = kept .. ',' .. old
+  n = n + 1
+end
+redis.call('HSET', KEYS[1], 't', ARGV[2], 's', ARGV[3], 'r', kept)
 if current[3] then redis.call('HDEL', KEYS[1], 'l', 'x') end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return {1}
@@ -196,7 +214,11 @@ class RedisStore:
         """``from_url`` of a ``redis://`` URL: makes a cluster client, once a node answered ``MOVED``."""
         self._retired: list[tuple[asyncio.AbstractEventLoop | None, Client]] = []
         """Clients replaced by cluster clients, still to close (``aclose``)."""
-        self._first: bool | None = None
+        self._nodes: list[tuple[str, int]] = []
+        """The cluster's node addresses, once a cluster client of ``from_url`` read them."""
+        self._companions: weakref.WeakKeyDictionary[Client, list[Redis]] = weakref.WeakKeyDictionary()
+        """The clients a ``from_url`` client needs closed with it (a Sentinel primary's: the Sentinels')."""
+        self._first = False
         """Whether the first client was handed to a loop yet."""
         self._lock = threading.Lock()
         self.prefix = prefix
@@ -237,7 +259,7 @@ class RedisStore:
         - ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` (TLS) or ``unix://path``: one server, or
           one node of a **Redis Cluster**: the first ``MOVED`` reply turns the store into a cluster client
           (``redis.asyncio.RedisCluster``, which finds the other nodes from this one) and the request goes on
-          there, so any node's address will do.
+          there, so any node's address will do (one that answers when the store starts).
         - ``redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]`` (``rediss+sentinel://``
           for TLS): the primary that these **Sentinels** name for ``service`` (port 26379 when none is given),
           found again after a failover. The credentials and TLS are the primary's; Sentinels that need their own
@@ -248,9 +270,10 @@ class RedisStore:
         (more than ``LATE`` past due: the event loop was busy elsewhere, so the reply may have been waiting)
         asks again, up to ``LATE_RETRIES`` times, so a CPU-bound worker with a healthy Redis does not fail
         open or refuse wrongly. A connection found closed (Redis restarted, an idle connection dropped) is
-        retried once, at once, on a new connection; a cluster client also retries once after reading the
-        cluster's layout again (a failover). Each round trip has its own ``timeout``: an update makes one, or
-        two for a session this store has not written lately.
+        retried once, at once, on a new connection; a cluster client retries nothing inside a request and reads
+        the cluster's layout again at the next one (a failover), and a Sentinel URL's Sentinels are asked once
+        each. Each round trip has its own ``timeout``: an update makes one, or two for a session this store has
+        not written lately.
         ``client_options`` go to redis-py's ``from_url`` (or ``Sentinel``) and override these defaults.
 
         Raises:
@@ -265,21 +288,34 @@ class RedisStore:
         options.update(client_options)
         scheme = url.partition("://")[0].lower()
         make_cluster: Callable[[], Client] | None = None
+        companions: weakref.WeakKeyDictionary[Client, list[Redis]] = weakref.WeakKeyDictionary()
         if scheme in ("redis+sentinel", "rediss+sentinel"):
-            make = _sentinel(url, options)
+            make = _sentinel(url, options, companions)
         else:
 
             def make() -> Client:
                 return Redis.from_url(url, **options)
 
             if scheme in ("redis", "rediss"):
-                cluster_options = {**options, "retry": Retry(ExponentialBackoff(cap=0.1, base=0.01), retries=1)}
+                # No retry inside the cluster client: it would retry a timeout too. After a failure it reads the
+                # cluster's layout again at the next request (a failover costs the request it met).
+                cluster_options = {**options, "retry": Retry(NoBackoff(), retries=0)}
 
                 def make_cluster() -> Client:
-                    return RedisCluster.from_url(url, **cluster_options)
+                    if not store._nodes:
+                        return RedisCluster.from_url(url, **cluster_options)
+                    # Another loop's client: from every node the first one found (the URL's may be gone since),
+                    # with the URL's credentials and TLS.
+                    given = {**parse_url(url), **cluster_options}
+                    del given["host"], given["port"]
+                    if given.pop("connection_class", None) is SSLConnection:
+                        given["ssl"] = True
+                    nodes = [ClusterNode(host, port) for host, port in store._nodes]
+                    return RedisCluster(startup_nodes=nodes, **given)
 
         store = cls(make(), prefix=prefix, ttl=ttl, max_attempts=max_attempts, max_wait=max_wait, cache_size=cache_size)
         store._owns_client = True
+        store._companions = companions
         store._make = make
         store._make_cluster = make_cluster
         store._timeout = options["socket_timeout"]
@@ -305,7 +341,7 @@ class RedisStore:
         with self._lock:  # the application's loop and the guard's own may both ask first
             client = self._clients.get(loop)
             if client is None:
-                if not self._clients and self._first is None:
+                if not self._clients and not self._first:
                     client, self._first = self._client, True
                 elif self._make is not None:
                     client = self._make()
@@ -319,7 +355,7 @@ class RedisStore:
         return client
 
     def _become_cluster(self) -> None:
-        """A node answered ``MOVED`` to ``answered``: from now on every loop gets a cluster client (``from_url``).
+        """A node answered ``MOVED``: from now on every loop gets a cluster client (``from_url``).
 
         The clients made so far are closed by ``aclose``; a loop whose client already is a cluster client
         (another request switched first) keeps it.
@@ -334,7 +370,7 @@ class RedisStore:
                 self._retired.append((None, self._client))
             self._clients.clear()
             self._client = self._make()
-            self._first = None
+            self._first = False
 
     async def update(self, key: str, change: Callable[[GuardState], T]) -> T:
         """Apply ``change`` to the state under ``key`` (a new ``GuardState`` if none), save it, return its result.
@@ -391,12 +427,18 @@ class RedisStore:
             clients += [(running if loop is None else loop, client) for loop, client in self._retired]
             self._clients.clear()
             self._retired.clear()
-            self._first = None
+            self._first = False
         for loop, client in clients:
             if loop is running:
-                await client.aclose()
+                await self._close(client)
             elif loop.is_running():
-                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(client.aclose(), loop))
+                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._close(client), loop))
+
+    async def _close(self, client: Client) -> None:
+        """Close ``client`` and what it needs closed with it (a Sentinel primary's Sentinels), on its own loop."""
+        await client.aclose()
+        for companion in self._companions.pop(client, ()):
+            await companion.aclose()
 
     async def __aenter__(self) -> RedisStore:
         return self
@@ -469,16 +511,12 @@ class RedisStore:
             new_token = secrets.token_hex(8)
             reply = await self._script(_COMPARE_AND_SET, name, token, new_token, new_raw, self._ttl_ms, owner)
             code = int(reply[0])
-            if code == 1:
-                self._remember(name, new_token, new_raw, shared)
+            if code in (1, 3):  # written; or (3) written already, and this was that write asked again
+                self._remember(name, new_token, new_raw, shared or code == 3)
                 observe.tell_all(heard)  # what the committed attempt decided; a lost attempt's is dropped
                 return outcomes
             if code == 0:
                 token, raw = self._pair(name, reply[1], reply[2])
-                if token == new_token:  # our write landed; the client resent it after losing the reply
-                    self._remember(name, new_token, new_raw, shared)
-                    observe.tell_all(heard)
-                    return outcomes
                 self.conflicts += 1
                 shared = True
                 losses += 1
@@ -569,20 +607,25 @@ class RedisStore:
         """``request`` through this loop's client, turning every failure of the client into ``StoreUnavailable``.
 
         Asked again (each request here is safe to repeat: a read, a lease asked by the same owner, a
-        compare-and-set whose token shows whether it landed): after a late timeout (``LATE``), up to
+        compare-and-set, which answers that it landed already if it did): after a late timeout, up to
         ``LATE_RETRIES`` times; and once after a ``MOVED`` reply of a ``from_url`` store, which becomes a
-        cluster client. ``name`` is forgotten from the cache on any failure.
+        cluster client. A timeout is late when the event loop was busy when it was due: a marker timer set to
+        fire at the same moment fired more than ``LATE`` seconds after it. ``name`` is forgotten from the cache
+        on any failure.
         """
         client = self.client  # outside the try: a GuardSetupError is the caller's mistake, not an outage
         loop = asyncio.get_running_loop()
         late = 0
         while True:
-            started = loop.time()
+            due = loop.time() + (self._timeout or 0.0)
+            fired: list[float] = []
+            marker = loop.call_at(due, _stamp, fired, loop) if self._timeout is not None else None
             try:
                 if isinstance(client, RedisCluster):
                     # Read the cluster's layout first, once (again after a failure), under the client's lock: the
                     # concurrent first commands of a cold cluster client break inside redis-py (a closed transport).
                     await client.initialize()
+                    self._learn_nodes(client)
                 return await request(client)
             except UnicodeDecodeError as error:  # a client that decodes replies (decode_responses=True)
                 self._cache.pop(name, None)
@@ -593,15 +636,18 @@ class RedisStore:
                     self._become_cluster()
                     client = self.client
                     continue
+                fix = (
+                    "the cluster kept moving the slot"
+                    if isinstance(client, RedisCluster)
+                    else "a Redis Cluster node: pass a redis.asyncio.RedisCluster client, or use "
+                    "RedisStore.from_url(url), which finds the cluster"
+                )
                 raise StoreUnavailable(
-                    f"Redis failed while {doing} {name!r}: {type(error).__name__} {error} (a Redis Cluster node: "
-                    "pass a redis.asyncio.RedisCluster client, or use RedisStore.from_url(url), which finds the "
-                    "cluster)"
+                    f"Redis failed while {doing} {name!r}: {type(error).__name__} {error} ({fix})"
                 ) from error
             except RedisTimeoutError as error:
                 self._cache.pop(name, None)
-                overdue = loop.time() - started - (self._timeout or 0.0)
-                if self._timeout is not None and overdue > LATE and late < LATE_RETRIES:
+                if fired and fired[0] - due > LATE and late < LATE_RETRIES:
                     late += 1
                     self.late_timeouts += 1
                     continue
@@ -609,6 +655,15 @@ class RedisStore:
             except Exception as error:  # a connection or server error, or a bug in the client: an outage all the same
                 self._cache.pop(name, None)
                 raise StoreUnavailable(f"Redis failed while {doing} {name!r}: {_named(error)}") from error
+            finally:
+                if marker is not None:
+                    marker.cancel()
+
+    def _learn_nodes(self, client: RedisCluster) -> None:
+        """Keep the addresses of ``client``'s cluster nodes, so that the cluster clients made for other event loops
+        start from all of them, not from the URL's node alone (which may be down by then)."""
+        if self._make_cluster is not None and not self._nodes:
+            self._nodes = [(node.host, int(node.port)) for node in client.get_nodes()]
 
     def _pair(self, name: str, token: Any, raw: Any) -> tuple[str, str]:
         """A stored token and state as text; ``StateCorrupt`` (and ``name`` forgotten) for bytes that are not
@@ -639,6 +694,11 @@ class RedisStore:
             cache.popitem(last=False)
 
 
+def _stamp(times: list[float], loop: asyncio.AbstractEventLoop) -> None:
+    """A marker timer's callback: when it really fired (late if the loop was busy when it was due)."""
+    times.append(loop.time())
+
+
 def _named(error: Exception) -> str:
     """An error as text that names its kind: a bare ``TypeError('...')`` from inside a client says what it is."""
     text = str(error)
@@ -654,7 +714,9 @@ def _socket_timeout(client: Client) -> float | None:
     return float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
 
 
-def _sentinel(url: str, options: dict[str, Any]) -> Callable[[], Client]:
+def _sentinel(
+    url: str, options: dict[str, Any], companions: weakref.WeakKeyDictionary[Client, list[Redis]]
+) -> Callable[[], Client]:
     """What makes a client of the primary named by a ``redis+sentinel://`` URL (see ``RedisStore.from_url``)."""
     parts = urlsplit(url)
     if parts.query or parts.fragment:
@@ -691,11 +753,16 @@ def _sentinel(url: str, options: dict[str, Any]) -> Callable[[], Client]:
     if sentinel_options is None:
         sentinel_options = {key: value for key, value in connection.items() if key.startswith("socket_")}
         sentinel_options["ssl"] = connection.get("ssl", False)
+        # One try per Sentinel, each within the timeout (redis-py's default retries thrice, backing off): a hung or
+        # refusing Sentinel costs one timeout, then the next one is asked.
+        sentinel_options["retry"] = Retry(NoBackoff(), retries=0)
     service = unquote(path[0])
 
     def make() -> Client:
         sentinel = Sentinel(sentinels, sentinel_kwargs=sentinel_options, **connection)  # type: ignore[no-untyped-call]
-        return cast(Redis, sentinel.master_for(service))
+        primary = cast(Redis, sentinel.master_for(service))
+        companions[primary] = list(sentinel.sentinels)
+        return primary
 
     return make
 
