@@ -12,6 +12,9 @@ changed. They are masked in the text before it is digested:
   a space in place of the ``T`` counts too), and the same in Python's ``repr`` of a datetime
   (``datetime.datetime(2026, 12, 1, 10, 38, 15, 532104)``, which SDKs that ``str()`` a result write).
   Plain dates (``2026-12-01``) are kept: a new date usually means something changed.
+- the memory address in a default ``repr`` written into text (``<Thing object at 0x7f3a2b1c9d00>``, ``<function f
+  at 0x...>``), as an SDK that hands the model ``str(result)`` of a plain object writes it: all the model reads is
+  the type, so two runs that differ only by where Python put the object returned the same.
 
 A value that has no JSON form (an image, an SDK object) is digested from a stable text form where one
 exists (a ``repr`` of its own, naming no memory address as the default ``<Type object at 0x...>`` does);
@@ -47,9 +50,16 @@ _CANDIDATE = re.compile(r"[0-9a-fA-F][0-9a-fA-F:+.,TZ -]{15,}")
 them (its own scan costs ~100 ns a character; this one a tenth of that), with the same result."""
 
 
+_REPR_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]{4,16}>")
+"""A default ``repr``'s memory address, as it ends the repr (``<Thing object at 0x7f3a2b1c9d00>``)."""
+
+
 def mask_volatile_tokens(text: str) -> str:
-    """``text`` with every ``VOLATILE`` token replaced by ``~``."""
-    return _CANDIDATE.sub(_mask_run, text)
+    """``text`` with every ``VOLATILE`` token replaced by ``~``, and every default repr's address by ``0x~``."""
+    text = _CANDIDATE.sub(_mask_run, text)
+    if " at 0x" in text:
+        text = _REPR_ADDRESS.sub(" at 0x~>", text)
+    return text
 
 
 def _mask_run(run: re.Match[str]) -> str:

@@ -78,6 +78,8 @@ def test_sets_compare_whatever_their_order() -> None:
             "{'at': datetime.datetime(2026, 12, 1, 11, 18, 22, 532104), 'status': 'in transit'}",
             "{'at': datetime.datetime(2026, 12, 1, 11, 19, 5), 'status': 'in transit'}",
         ),
+        ("<Thing object at 0x7f3a2b1c9d00>", "<Thing object at 0x7f3a2b1ca1f0>"),  # Strands' str() of an object
+        ("[<function f at 0x10a2b3c4>, 2]", "[<function f at 0x10a2b9d8>, 2]"),
     ],
 )
 def test_volatile_tokens_are_masked(first: Any, second: Any) -> None:
@@ -92,11 +94,27 @@ def test_volatile_tokens_are_masked(first: Any, second: Any) -> None:
         ("order ORD-1", "order ORD-2"),
         ("hash abcdef0123456", "hash abcdef0123457"),  # 13 hex digits: not an id
         ("count 1234567890123456", "count 1234567890123457"),  # 16 decimal digits are hex digits too...
+        ("<Thing object at 0x7f3a>", "<Other object at 0x7f3a>"),  # the type still tells results apart
+        ("jump at 0x7f3a2b1c", "jump at 0x7f3a2b1d"),  # an address outside a repr (a debugger's, say) is kept
     ],
 )
 def test_what_is_not_volatile_still_tells_results_apart(first: str, second: str) -> None:
     same = outcome_digest(True, first) == outcome_digest(True, second)
     assert same is (first.startswith("count"))  # ...so long numbers are masked: documented
+
+
+def test_an_object_handed_over_as_its_str_is_a_loop_though_its_address_changes() -> None:
+    """Strands hands the model ``str(result)``: a plain object's ``<Thing object at 0x...>``, a new address each run
+    (30 of 30 ran, until Strands raised RecursionError): the model reads the type alone, so the 3rd is refused."""
+
+    class Thing:
+        pass
+
+    guard = StopRepeatedCalls()
+    call = ToolCall("fetch", {"id": 1})
+    things = [Thing() for _ in range(3)]  # alive together: three addresses
+    assert len({str(thing) for thing in things}) == 3
+    assert [run(guard, call, str(thing)) for thing in things] == [True, True, False]
 
 
 def test_a_fresh_request_id_in_every_result_is_still_a_loop() -> None:

@@ -261,3 +261,37 @@ def test_a_stop_reaches_the_caller_when_structured_output_was_asked_for(carrier:
 
     assert result.structured_output is None
     assert str(result).strip() == STOPPED and result.state[STOP_KEY] == "ignored_refusals"
+
+
+def test_a_tool_returning_a_plain_object_loops_no_more_than_any_repeat() -> None:
+    """Strands hands the model ``str()`` of a plain object, ``<Thing object at 0x...>``, a new address every run:
+    before, 30 of 30 runs went through (the text was new each time) and an unbounded loop ran until Strands raised
+    ``RecursionError``. The model reads the type alone: the 3rd identical call is refused, like any repeat."""
+    runs: list[int] = []
+
+    class Thing:
+        pass
+
+    kept: list[Thing] = []  # alive together, so every run's object has an address of its own
+
+    @tool
+    def fetch_thing(thing_id: int) -> Any:
+        """Fetch a thing."""
+        runs.append(thing_id)
+        kept.append(Thing())
+        return kept[-1]
+
+    agent = Agent(
+        model=ScriptedModel(then=lambda model, messages: [tool_use("fetch_thing", {"thing_id": 7})]),
+        tools=[fetch_thing],
+        hooks=[RepeatGuardHooks(max_refusals=3)],
+        callback_handler=None,
+    )
+
+    result = agent("Get thing 7")
+
+    assert runs == [7, 7]
+    assert len({str(thing) for thing in kept}) == 2 and " object at 0x" in str(kept[0])
+    assert result.state[STOP_KEY] == "ignored_refusals"
+    seen = [block["toolResult"] for message in agent.messages for block in message["content"] if "toolResult" in block]
+    assert "object at 0x" in json.dumps(seen[0]["content"])  # what the model read: the object's str()
