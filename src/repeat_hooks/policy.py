@@ -423,6 +423,7 @@ class Policy(WholeModel):
             period = counting.cycle_period(turn.runs, key, self.max_cycle_period)
             if period is not None:
                 refused, kind, number = True, RefusalKind.CYCLE, period
+                counting.continue_cycle(self, turn, period)
         if scoped is not None:
             why = kind.value if refused else ""
             state.remember(scoped, Delivery(tool=name, key=key, number=number, refused=refused, settled=False, why=why))

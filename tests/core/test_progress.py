@@ -128,6 +128,35 @@ def test_a_cycle_is_refused_at_the_start_of_its_third_identical_pass(period: int
     assert guard.events[-1].count == period
 
 
+@pytest.mark.parametrize("period", [2, 3])
+def test_a_cycle_that_goes_on_after_its_refusal_runs_no_more(period: int) -> None:
+    """A-B-A-B, refused at the third A: the model goes on with B, A, B... Each call it would have repeated with
+    nothing changed is refused too (before, the refused call's hole broke the pattern: over 20 responses 12 of 15
+    calls ran), and the turn ends for ignored refusals as for a plain repeat."""
+    guard = StopRepeatedCalls(max_refusals=None)
+    calls = [ToolCall(f"step_{n}", {"n": n}) for n in range(period)]
+    ran = [run(guard, calls[index % period]) for index in range(10 * period)]
+    assert ran == [True] * (2 * period) + [False] * (8 * period)
+    assert guard.events[0].reason is RefusalKind.CYCLE  # then cycle or repeat: refused calls count too
+    assert {event.reason for event in guard.events} <= {RefusalKind.CYCLE, RefusalKind.REPEAT}
+    stopping = StopRepeatedCalls()  # max_refusals=3: the 3rd refused response ends the turn
+    for index in range(2 * period + 3):
+        guard_call = calls[index % period]
+        assert stopping.pre_llm_call() is None
+        run(stopping, guard_call)
+    stop = stopping.pre_llm_call()
+    assert stop is not None and stop.reason.value == "ignored_refusals"
+
+
+def test_a_cycle_refused_then_broken_by_a_change_runs_again() -> None:
+    guard = StopRepeatedCalls()
+    for _ in range(2):
+        assert run(guard, STATUS) and run(guard, FIX)
+    assert not run(guard, STATUS)  # the cycle, refused
+    assert run(guard, ToolCall("reboot", {"line": 7}), "rebooting")  # something that may change the world ran
+    assert run(guard, STATUS, "online")  # so the status may differ: it runs, and it did
+
+
 def test_a_cycle_longer_than_max_cycle_period_is_not_a_cycle() -> None:
     guard = StopRepeatedCalls(max_cycle_period=3)
     calls = [ToolCall(f"step_{n}", {"n": n}) for n in range(4)]

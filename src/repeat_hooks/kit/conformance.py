@@ -442,6 +442,8 @@ def order_placed(run: int, query: str) -> Any:
 
 TRACK = Call("track_parcel")
 """The parcel tracker's call: ``track_parcel(query="FR-7731")``."""
+LOOKUP = Call("lookup_address")
+"""The address lookup's call: ``lookup_address(query="FR-7731")``."""
 
 
 # These two run only while SCENARIOS is built, at import: mutation testing cannot switch a mutant on there.
@@ -474,6 +476,20 @@ SCENARIOS: tuple[Scenario, ...] = (
         (_track(),),
         (UserTurn("Where is FR-7731?", (_calls(TRACK), _calls(TRACK), _calls(TRACK))),),
         Expect(runs={"track_parcel": 2}, refusals=1, stops=(None,), model_calls=(4,)),
+    ),
+    Scenario(
+        "a_cycle_going_on_after_its_refusal_is_refused_throughout",
+        "Track, look up, track, look up, the same results each time: the third pass is a cycle and refused, and so "
+        "is every call going on with it (nothing ran that could change their results); after 3 refused responses "
+        "the turn ends.",
+        (_track(), Tool("lookup_address", same("12 Rue du Port"), description="The address of a parcel.")),
+        (UserTurn("Where is FR-7731, and where does it go?", (_calls(TRACK), _calls(LOOKUP)) * 4),),
+        Expect(
+            runs={"track_parcel": 2, "lookup_address": 2},
+            refusals=3,
+            stops=(StopReason.IGNORED_REFUSALS,),
+            model_calls=(7,),
+        ),
     ),
     Scenario(
         "new_results_are_progress",
