@@ -169,11 +169,12 @@ def cycle_period(runs: list[str], key: str, longest: int) -> int | None:
     the last ``period`` runs repeat the ``period`` before them with the same results, start with ``key``, hold
     another call too, and every result had a stable form."""
     size = len(runs)
-    for period in range(2, longest + 1):
+    if size < 4 or runs.count(runs[-1]) == size:  # one call, one result, over and over: a repeat, no cycle
+        return None
+    for period in range(2, min(longest, size // 2) + 1):
         start = size - period
-        if start < period:
-            return None
-        if not runs[start].startswith(key):
+        first = runs[start]
+        if first != runs[start - period] or not first.startswith(key):
             continue
         last = runs[start:]
         if (
