@@ -12,6 +12,12 @@ changed. They are masked in the text before it is digested:
   a space in place of the ``T`` counts too), and the same in Python's ``repr`` of a datetime
   (``datetime.datetime(2026, 12, 1, 10, 38, 15, 532104)``, which SDKs that ``str()`` a result write).
   Plain dates (``2026-12-01``) are kept: a new date usually means something changed.
+- a point in time written as an epoch number under a key that names a time (``"checked_at": 1733040000``,
+  ``"timestamp": 1733040000123``, ``"updatedAt": ...``: 10 digits of seconds or 13 of milliseconds, 2001-2033),
+  the same instant an ISO date-time would spell; the same number under another key (an order number) is kept;
+- how long the call took, where it says so: ``took 0.23s``, ``elapsed: 12 ms``, ``duration 1.5 seconds``, a test
+  run's ``5 passed in 0.23s`` / ``Ran 5 tests in 0.002s``, and numbers under keys that name a duration
+  (``"took": 5``, ``"elapsed_ms": 12``, ``"duration": 0.23``, ``"latency_ms": 40``): the same work, timed again;
 - the memory address in a default ``repr`` written into text (``<Thing object at 0x7f3a2b1c9d00>``, ``<function f
   at 0x...>``), as an SDK that hands the model ``str(result)`` of a plain object writes it: all the model reads is
   the type, so two runs that differ only by where Python put the object returned the same.
@@ -52,13 +58,86 @@ them (its own scan costs ~100 ns a character; this one a tenth of that), with th
 
 _REPR_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]{4,16}>")
 """A default ``repr``'s memory address, as it ends the repr (``<Thing object at 0x7f3a2b1c9d00>``)."""
+_EPOCH_VALUE = re.compile(r'":1\d{9}(?:\d{3})?(?:\.\d+)?(?=[,}\]])')
+"""An epoch-sized number (10 digits of seconds, 13 of milliseconds, 2001-2033) as a key's value (found by its
+literal ``":1``, fast; the key is read back from the text)."""
+_TIME_KEY = re.compile(
+    r"ts|time|timestamp|date|datetime|[\w-]*(?:[_-](?:at|ts|time|timestamp|date)|[a-z](?:At|Ts|Time|Timestamp|Date))"
+)
+"""A key that names a point in time (``checked_at``, ``updatedAt``, ``timestamp``; not ``format``)."""
+
+
+def _mask_epochs(text: str) -> str:
+    """``text`` with each epoch time under a time's key replaced by ``~``."""
+    pieces: list[str] = []
+    done = 0
+    for value in _EPOCH_VALUE.finditer(text):
+        opened = text.rfind('"', 0, value.start())  # the key's opening quote: keys hold no quote of their own
+        if opened >= 0 and _TIME_KEY.fullmatch(text, opened + 1, value.start()):
+            pieces += [text[done : value.start() + 2], "~"]
+            done = value.end()
+    return "".join(pieces) + text[done:] if pieces else text
+
+
+_DURATION_UNDER_KEY = re.compile(
+    r'("(?:took|elapsed|duration|latency|runtime|time_taken|execution_time|elapsed_time|response_time)'
+    r'(?:_?(?:ms|s|sec|secs|seconds|Ms|Seconds))?":)\d+(?:\.\d+)?(?=[,}\]])'
+)
+"""A number under a key that names how long something took (``"took": 5``, ``"elapsed_ms": 12``)."""
+_DURATION_WORDS = (
+    "ook",
+    "lapsed",
+    "uration",
+    "atency",
+    "untime",
+    "_taken",
+    "_time",
+    "passed",
+    "failed",
+    "rror",
+    "Ran ",
+)
+"""Parts of the words that say a duration follows, in text or as a key: with none of them in a result (most
+results), there is no duration to look for (a few substring searches, much cheaper than one pattern's scan)."""
+_DURATION_HINT = re.compile(r"took|Took|elapsed|Elapsed|duration|Duration|passed|failed|error|skipped|warning|Ran ")
+"""Where a duration said in text may start."""
+_DURATION_LEAD = re.compile(
+    r"(?:(?:[Tt]ook|[Ee]lapsed(?: time)?|[Dd]uration)\s*[:=]?\s*"
+    r"|(?:passed|failed|errors?|skipped|warnings?)\b[^\n]{0,80}?\bin\s+|Ran \d+ tests? in\s+)(?=\d)"
+)
+"""What says that a duration follows: ``took``, ``elapsed:``, a test run's ``... passed ... in``, ``Ran 5 tests in``."""
+_DURATION_AMOUNT = re.compile(r"\d+(?:\.\d+)?\s*(?:ms|s|secs?|seconds?|milliseconds?|µs|us)\b")
+"""A duration: a number and its unit."""
+
+
+def _mask_durations(text: str) -> str:
+    """``text`` with each duration said in it (``took 0.23s``, ``5 passed in 0.23s``) replaced by ``~``: matched
+    where a hint word starts a word, never by scanning the whole text with the full pattern."""
+    pieces: list[str] = []
+    done = 0
+    for hint in _DURATION_HINT.finditer(text):
+        at = hint.start()
+        if at < done or (at and text[at - 1].isalnum()):
+            continue  # inside a word, or inside what was just masked
+        lead = _DURATION_LEAD.match(text, at)
+        amount = None if lead is None else _DURATION_AMOUNT.match(text, lead.end())
+        if lead is not None and amount is not None:
+            pieces += [text[done : lead.end()], "~"]
+            done = amount.end()
+    return "".join(pieces) + text[done:] if pieces else text
 
 
 def mask_volatile_tokens(text: str) -> str:
-    """``text`` with every ``VOLATILE`` token replaced by ``~``, and every default repr's address by ``0x~``."""
+    """``text`` with every ``VOLATILE`` token replaced by ``~``, every default repr's address by ``0x~``, and every
+    epoch time under a time's key and duration (under a duration's key, or said in text) by ``~``."""
     text = _CANDIDATE.sub(_mask_run, text)
     if " at 0x" in text:
         text = _REPR_ADDRESS.sub(" at 0x~>", text)
+    if '":1' in text:
+        text = _mask_epochs(text)
+    if any(word in text for word in _DURATION_WORDS):
+        text = _DURATION_UNDER_KEY.sub(r"\1~", text)
+        text = _mask_durations(text)
     return text
 
 

@@ -79,6 +79,15 @@ def test_sets_compare_whatever_their_order() -> None:
             "{'at': datetime.datetime(2026, 12, 1, 11, 19, 5), 'status': 'in transit'}",
         ),
         ("<Thing object at 0x7f3a2b1c9d00>", "<Thing object at 0x7f3a2b1ca1f0>"),  # Strands' str() of an object
+        ({"checked_at": 1733040000, "status": "x"}, {"checked_at": 1733040063, "status": "x"}),  # epoch seconds
+        ({"timestamp": 1733040000123}, {"timestamp": 1733040063456}),  # epoch milliseconds
+        ({"updatedAt": 1733040000.25}, {"updatedAt": 1733040001.5}),
+        ({"hits": 3, "took": 5}, {"hits": 3, "took": 7}),  # a search engine's own timing
+        ({"rows": [1], "elapsed_ms": 12}, {"rows": [1], "elapsed_ms": 40}),
+        ("Query OK, took 0.23s", "Query OK, took 1.02s"),
+        ("===== 5 passed, 1 warning in 0.23s =====", "===== 5 passed, 1 warning in 0.31s ====="),  # pytest
+        ("Ran 5 tests in 0.002s\n\nOK", "Ran 5 tests in 0.004s\n\nOK"),  # unittest
+        ("Elapsed: 12 ms", "Elapsed: 15 ms"),
         ("[<function f at 0x10a2b3c4>, 2]", "[<function f at 0x10a2b9d8>, 2]"),
     ],
 )
@@ -96,6 +105,11 @@ def test_volatile_tokens_are_masked(first: Any, second: Any) -> None:
         ("count 1234567890123456", "count 1234567890123457"),  # 16 decimal digits are hex digits too...
         ("<Thing object at 0x7f3a>", "<Other object at 0x7f3a>"),  # the type still tells results apart
         ("jump at 0x7f3a2b1c", "jump at 0x7f3a2b1d"),  # an address outside a repr (a debugger's, say) is kept
+        ('{"order": 1733040000}', '{"order": 1733040001}'),  # an epoch-sized number under another key: an id
+        ('{"format": 1733040000}', '{"format": 1733040001}'),  # "at" ends the word, not a time's key
+        ('{"checked_at": 999}', '{"checked_at": 998}'),  # no epoch time
+        ("5 passed in 0.23s", "6 passed in 0.23s"),  # the counts of a test run still tell runs apart
+        ("rain in 5 s", "rain in 6 s"),  # a duration nobody said the call took
     ],
 )
 def test_what_is_not_volatile_still_tells_results_apart(first: str, second: str) -> None:
@@ -115,6 +129,17 @@ def test_an_object_handed_over_as_its_str_is_a_loop_though_its_address_changes()
     things = [Thing() for _ in range(3)]  # alive together: three addresses
     assert len({str(thing) for thing in things}) == 3
     assert [run(guard, call, str(thing)) for thing in things] == [True, True, False]
+
+
+def test_a_test_run_repeated_with_nothing_changed_is_a_loop_though_its_timing_changes() -> None:
+    """A coding agent reruns the tests, edits nothing, reruns: pytest's summary differs only by how long it took.
+    The 3rd rerun is refused; after an edit (a change), the tests run again."""
+    guard = StopRepeatedCalls()
+    call = ToolCall("bash", {"command": "pytest -q"})
+    summary = "F.\n1 failed, 1 passed in {:.2f}s"
+    assert [run(guard, call, summary.format(0.2 + n / 7)) for n in range(3)] == [True, True, False]
+    assert run(guard, ToolCall("edit_file", {"path": "app.py"}), "edited")
+    assert run(guard, call, summary.format(0.5))
 
 
 def test_a_fresh_request_id_in_every_result_is_still_a_loop() -> None:
