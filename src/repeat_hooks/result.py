@@ -12,12 +12,14 @@ changed. They are masked in the text before it is digested:
   a space in place of the ``T`` counts too), and the same in Python's ``repr`` of a datetime
   (``datetime.datetime(2026, 12, 1, 10, 38, 15, 532104)``, which SDKs that ``str()`` a result write).
   Plain dates (``2026-12-01``) are kept: a new date usually means something changed.
-- a point in time written as an epoch number under a key that names a time (``"checked_at": 1733040000``,
-  ``"timestamp": 1733040000123``, ``"updatedAt": ...``: 10 digits of seconds or 13 of milliseconds, 2001-2033),
-  the same instant an ISO date-time would spell; the same number under another key (an order number) is kept;
-- how long the call took, where it says so: ``took 0.23s``, ``elapsed: 12 ms``, ``duration 1.5 seconds``, a test
-  run's ``5 passed in 0.23s`` / ``Ran 5 tests in 0.002s``, and numbers under keys that name a duration
-  (``"took": 5``, ``"elapsed_ms": 12``, ``"duration": 0.23``, ``"latency_ms": 40``): the same work, timed again;
+- the moment of the answer itself, written as an epoch number under a key that names it (``"checked_at":
+  1733040000``, ``"generatedAt"``, ``"server_time"``, ``"timestamp"``: 10 digits of seconds or 13 of milliseconds,
+  2001-2033), the instant an ISO date-time would spell; an entity's own time (``last_run_at``, ``expires_at``) and
+  the same number under another key (an order number) are kept: a new one there is news;
+- how long the call itself took, where it says so: ``took 0.23s``, ``elapsed: 12 ms``, a test run's summary
+  (``5 passed, 1 warning in 0.23s``, ``Ran 5 tests in 0.002s``), and numbers under ``took``, ``elapsed(_ms)``,
+  ``time_taken``, ``query_time``: the same work, timed again. A ``duration``, ``latency`` or ``response_time``
+  is kept (a job's, a route's or a monitored endpoint's time is often the answer);
 - the memory address in a default ``repr`` written into text (``<Thing object at 0x7f3a2b1c9d00>``, ``<function f
   at 0x...>``), as an SDK that hands the model ``str(result)`` of a plain object writes it: all the model reads is
   the type, so two runs that differ only by where Python put the object returned the same.
@@ -62,9 +64,11 @@ _EPOCH_VALUE = re.compile(r'":1\d{9}(?:\d{3})?(?:\.\d+)?(?=[,}\]])')
 """An epoch-sized number (10 digits of seconds, 13 of milliseconds, 2001-2033) as a key's value (found by its
 literal ``":1``, fast; the key is read back from the text)."""
 _TIME_KEY = re.compile(
-    r"ts|time|timestamp|date|datetime|[\w-]*(?:[_-](?:at|ts|time|timestamp|date)|[a-z](?:At|Ts|Time|Timestamp|Date))"
+    r"ts|time|timestamp|now|(?:server|request|response|current)_?[tT]ime"
+    r"|(?:checked|fetched|generated|retrieved|requested|served|queried|polled|sent|received)(?:_at|At)"
 )
-"""A key that names a point in time (``checked_at``, ``updatedAt``, ``timestamp``; not ``format``)."""
+"""A key that names the moment of the answer itself (``checked_at``, ``generatedAt``, ``server_time``, ``timestamp``),
+not an entity's own time (``last_run_at``, ``expires_at``, ``updated_at``: a new one there is news)."""
 
 
 def _mask_epochs(text: str) -> str:
@@ -80,45 +84,60 @@ def _mask_epochs(text: str) -> str:
 
 
 _DURATION_UNDER_KEY = re.compile(
-    r'("(?:took|elapsed|duration|latency|runtime|time_taken|execution_time|elapsed_time|response_time)'
-    r'(?:_?(?:ms|s|sec|secs|seconds|Ms|Seconds))?":)\d+(?:\.\d+)?(?=[,}\]])'
+    r'("(?:took|elapsed|elapsed_?[tT]ime|time_?[tT]aken|query_?[tT]ime)(?:_?(?:ms|s|sec|secs|seconds|Ms|Seconds))?":)'
+    r"\d+(?:\.\d+)?(?=[,}\]])"
 )
-"""A number under a key that names how long something took (``"took": 5``, ``"elapsed_ms": 12``)."""
+"""A number under a key that says how long the call itself took (``"took": 5``, a search engine's; ``"elapsed_ms"``,
+``"query_time"``). Not ``duration``, ``latency`` or ``response_time``: a job's, a route's or a monitored endpoint's
+time is often the answer."""
 _DURATION_WORDS = (
     "ook",
     "lapsed",
-    "uration",
-    "atency",
-    "untime",
-    "_taken",
-    "_time",
+    "aken",
+    "uery_time",
+    "ueryTime",
     "passed",
     "failed",
     "rror",
+    "kipped",
+    "arning",
     "Ran ",
 )
 """Parts of the words that say a duration follows, in text or as a key: with none of them in a result (most
 results), there is no duration to look for (a few substring searches, much cheaper than one pattern's scan)."""
-_DURATION_HINT = re.compile(r"took|Took|elapsed|Elapsed|duration|Duration|passed|failed|error|skipped|warning|Ran ")
+_DURATION_HINT = re.compile(r"took|Took|elapsed|Elapsed|passed|failed|error|skipped|warning|Ran ")
 """Where a duration said in text may start."""
+_SUMMARY_WORD = r"(?:passed|failed|errors?|skipped|warnings?|xfailed|xpassed|deselected)"
 _DURATION_LEAD = re.compile(
-    r"(?:(?:[Tt]ook|[Ee]lapsed(?: time)?|[Dd]uration)\s*[:=]?\s*"
-    r"|(?:passed|failed|errors?|skipped|warnings?)\b[^\n]{0,80}?\bin\s+|Ran \d+ tests? in\s+)(?=\d)"
+    r"(?:(?:[Tt]ook|[Ee]lapsed(?: time)?)[ ]{0,3}(?:[:=][ ]{0,3})?"
+    rf"|{_SUMMARY_WORD}(?:, \d+ {_SUMMARY_WORD})* in |Ran \d+ tests? in )(?=\d)"
 )
-"""What says that a duration follows: ``took``, ``elapsed:``, a test run's ``... passed ... in``, ``Ran 5 tests in``."""
-_DURATION_AMOUNT = re.compile(r"\d+(?:\.\d+)?\s*(?:ms|s|secs?|seconds?|milliseconds?|µs|us)\b")
-"""A duration: a number and its unit."""
+"""What says that the call's own duration follows: ``took``, ``elapsed:``, a test run's summary ``5 passed, 1
+warning in`` (its count before it), ``Ran 5 tests in``."""
+_DURATION_AMOUNT = re.compile(r"\d+(?:\.\d+)?[ ]{0,2}(?:ms|s|secs?|seconds?|milliseconds?|µs|us)(?![\w-])")
+"""A duration: a number and its unit (not ``us-east-1``)."""
+_COUNT_BEFORE = re.compile(r"\d+ ")
+MAX_DURATIONS = 64
+"""Hint words looked at in one result: past them its durations are left (a text full of hints costs no more)."""
 
 
 def _mask_durations(text: str) -> str:
     """``text`` with each duration said in it (``took 0.23s``, ``5 passed in 0.23s``) replaced by ``~``: matched
-    where a hint word starts a word, never by scanning the whole text with the full pattern."""
+    where a hint word starts a word (a line's first word too: JSON writes its line break as ``\\n``), never by
+    scanning the whole text with the full pattern."""
     pieces: list[str] = []
     done = 0
-    for hint in _DURATION_HINT.finditer(text):
+    for seen, hint in enumerate(_DURATION_HINT.finditer(text)):
+        if seen == MAX_DURATIONS:
+            break
         at = hint.start()
-        if at < done or (at and text[at - 1].isalnum()):
+        escaped = at >= 2 and text[at - 2] == "\\" and text[at - 1] in "ntr"
+        if at < done or (at and text[at - 1].isalnum() and not escaped):
             continue  # inside a word, or inside what was just masked
+        if hint.group()[0] in "pfesw":  # a test run's summary: its count comes just before the word
+            start = max(done, at - 12)
+            if not any(_COUNT_BEFORE.fullmatch(text, begin, at) for begin in range(start, at - 1)):
+                continue
         lead = _DURATION_LEAD.match(text, at)
         amount = None if lead is None else _DURATION_AMOUNT.match(text, lead.end())
         if lead is not None and amount is not None:

@@ -81,12 +81,14 @@ def test_sets_compare_whatever_their_order() -> None:
         ("<Thing object at 0x7f3a2b1c9d00>", "<Thing object at 0x7f3a2b1ca1f0>"),  # Strands' str() of an object
         ({"checked_at": 1733040000, "status": "x"}, {"checked_at": 1733040063, "status": "x"}),  # epoch seconds
         ({"timestamp": 1733040000123}, {"timestamp": 1733040063456}),  # epoch milliseconds
-        ({"updatedAt": 1733040000.25}, {"updatedAt": 1733040001.5}),
+        ({"generatedAt": 1733040000.25}, {"generatedAt": 1733040001.5}),
         ({"hits": 3, "took": 5}, {"hits": 3, "took": 7}),  # a search engine's own timing
         ({"rows": [1], "elapsed_ms": 12}, {"rows": [1], "elapsed_ms": 40}),
         ("Query OK, took 0.23s", "Query OK, took 1.02s"),
         ("===== 5 passed, 1 warning in 0.23s =====", "===== 5 passed, 1 warning in 0.31s ====="),  # pytest
-        ("Ran 5 tests in 0.002s\n\nOK", "Ran 5 tests in 0.004s\n\nOK"),  # unittest
+        ("1 failed, 2 passed in 0.5s", "1 failed, 2 passed in 0.9s"),
+        ("..\n-----\nRan 5 tests in 0.002s\n\nOK", "..\n-----\nRan 5 tests in 0.004s\n\nOK"),  # unittest
+        ("build ok\nTook 0.5s", "build ok\nTook 0.7s"),  # a line's first word
         ("Elapsed: 12 ms", "Elapsed: 15 ms"),
         ("[<function f at 0x10a2b3c4>, 2]", "[<function f at 0x10a2b9d8>, 2]"),
     ],
@@ -110,6 +112,12 @@ def test_volatile_tokens_are_masked(first: Any, second: Any) -> None:
         ('{"checked_at": 999}', '{"checked_at": 998}'),  # no epoch time
         ("5 passed in 0.23s", "6 passed in 0.23s"),  # the counts of a test run still tell runs apart
         ("rain in 5 s", "rain in 6 s"),  # a duration nobody said the call took
+        ("Request failed in 30.0s", "Request failed in 0.1s"),  # a timeout, or a fast failure: not a test summary
+        ("3 errors\nNext sync in 5s", "3 errors\nNext sync in 50s"),
+        ('{"url": "/health", "latency_ms": 4012}', '{"url": "/health", "latency_ms": 180}'),  # the answer polled for
+        ('{"job": "backup", "last_run_at": 1733040000}', '{"job": "backup", "last_run_at": 1733126400}'),  # a new run
+        ('{"routes": [{"duration": 1530.2}]}', '{"routes": [{"duration": 2710.9}]}'),  # an ETA
+        ("error in 2 us-east-1 nodes", "error in 2 us-east-2 nodes"),  # "us" there is no unit
     ],
 )
 def test_what_is_not_volatile_still_tells_results_apart(first: str, second: str) -> None:
