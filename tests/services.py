@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import pytest
 
@@ -369,15 +369,24 @@ def start_redis(
     pytest.fail(f"redis-server did not start:\n{log_tail(server.log)}", pytrace=False)
 
 
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    """One ephemeral ``redis-server`` for the whole test run; stopped by PID at the end."""
-    with tempfile.TemporaryDirectory(prefix="repeat-hooks-redis-") as directory:
-        server = start_redis(Path(directory))
+Server = TypeVar("Server")
+
+
+def session_of(prefix: str, start: Callable[[Path], Server], stop: Callable[[Server], None]) -> Iterator[Server]:
+    """A session fixture's body: ``start`` a server in a fresh temporary directory, yield it, ``stop`` it (by its
+    PID) and remove the directory, even when the run fails."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as directory:
+        server = start(Path(directory))
         try:
             yield server
         finally:
-            server.stop()
+            stop(server)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One ephemeral ``redis-server`` for the whole test run; stopped by PID at the end."""
+    yield from session_of("repeat-hooks-redis-", start_redis, RedisServer.stop)
 
 
 @pytest.fixture
@@ -456,12 +465,7 @@ def start_redis_cluster(directory: Path, primaries: int = 3) -> RedisCluster:
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[RedisCluster]:
     """One ``RedisCluster`` of three primaries for the whole run; every node stopped by PID at the end."""
-    with tempfile.TemporaryDirectory(prefix="repeat-hooks-cluster-") as directory:
-        cluster = start_redis_cluster(Path(directory))
-        try:
-            yield cluster
-        finally:
-            cluster.stop()
+    yield from session_of("repeat-hooks-cluster-", start_redis_cluster, RedisCluster.stop)
 
 
 SENTINEL_SERVICE = "mymaster"
@@ -865,12 +869,7 @@ def _remove_postgres_homes() -> None:
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     """One throwaway PostgreSQL cluster for the whole test run; stopped by PID and deleted at the end."""
-    with tempfile.TemporaryDirectory(prefix="repeat-hooks-postgres-log-") as directory:
-        server = start_postgres(Path(directory))
-        try:
-            yield server
-        finally:
-            server.remove()
+    yield from session_of("repeat-hooks-postgres-log-", start_postgres, PostgresServer.remove)
 
 
 @pytest.fixture
@@ -975,9 +974,4 @@ def start_temporal(
 @pytest.fixture(scope="session")
 def temporal_server() -> Iterator[TemporalServer]:
     """One Temporal dev server for the whole test run; stopped by PID at the end."""
-    with tempfile.TemporaryDirectory(prefix="repeat-hooks-temporal-") as directory:
-        server = start_temporal(Path(directory))
-        try:
-            yield server
-        finally:
-            server.stop()
+    yield from session_of("repeat-hooks-temporal-", start_temporal, TemporalServer.stop)
