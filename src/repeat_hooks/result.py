@@ -102,21 +102,30 @@ _DURATION_WORDS = (
     "kipped",
     "arning",
     "Ran ",
+    "one in",
+    "inished in",
+    "BUILD",
+    "ime:",
 )
 """Parts of the words that say a duration follows, in text or as a key: with none of them in a result (most
 results), there is no duration to look for (a few substring searches, much cheaper than one pattern's scan)."""
-_DURATION_HINT = re.compile(r"took|Took|elapsed|Elapsed|passed|failed|error|skipped|warning|Ran ")
+_DURATION_HINT = re.compile(
+    r"took|Took|elapsed|Elapsed|passed|failed|error|skipped|warning|Ran |Done in|Finished in|BUILD|Time:|Total time:"
+)
 """Where a duration said in text may start."""
 _SUMMARY_WORD = r"(?:passed|failed|errors?|skipped|warnings?|xfailed|xpassed|deselected)"
 _DURATION_LEAD = re.compile(
     r"(?:(?:[Tt]ook|[Ee]lapsed(?: time)?)[ ]{0,3}(?:[:=][ ]{0,3})?"
-    rf"|{_SUMMARY_WORD}(?:, \d+ {_SUMMARY_WORD})* in |Ran \d+ tests? in )(?=\d)"
+    rf"|{_SUMMARY_WORD}(?:, \d+ {_SUMMARY_WORD})* in |Ran \d+ tests? in "
+    r"|(?:Done|Finished|BUILD (?:SUCCESSFUL|FAILED)) in |(?:Total )?[Tt]ime:[ ]{1,12})(?=\d)"
 )
 """What says that the call's own duration follows: ``took``, ``elapsed:``, a test run's summary ``5 passed, 1
-warning in`` (its count before it), ``Ran 5 tests in``."""
+warning in`` (its count before it), ``Ran 5 tests in``, a build tool's ``Done in`` (yarn), ``Finished in`` (rspec),
+``BUILD SUCCESSFUL in`` (gradle), ``Time:`` (jest, psql), ``Total time:`` (maven)."""
 _DURATION_AMOUNT = re.compile(r"\d+(?:\.\d+)?[ ]{0,2}(?:ms|s|secs?|seconds?|milliseconds?|µs|us)(?![\w-])")
 """A duration: a number and its unit (not ``us-east-1``)."""
 _COUNT_BEFORE = re.compile(r"\d+ ")
+_SUMMARY_HINTS = frozenset({"passed", "failed", "error", "skipped", "warning"})
 MAX_DURATIONS = 64
 """Hint words looked at in one result: past them its durations are left (a text full of hints costs no more)."""
 
@@ -134,7 +143,7 @@ def _mask_durations(text: str) -> str:
         escaped = at >= 2 and text[at - 2] == "\\" and text[at - 1] in "ntr"
         if at < done or (at and text[at - 1].isalnum() and not escaped):
             continue  # inside a word, or inside what was just masked
-        if hint.group()[0] in "pfesw":  # a test run's summary: its count comes just before the word
+        if hint.group() in _SUMMARY_HINTS:  # a test run's summary: its count comes just before the word
             start = max(done, at - 12)
             if not any(_COUNT_BEFORE.fullmatch(text, begin, at) for begin in range(start, at - 1)):
                 continue

@@ -90,6 +90,15 @@ def test_sets_compare_whatever_their_order() -> None:
         ("..\n-----\nRan 5 tests in 0.002s\n\nOK", "..\n-----\nRan 5 tests in 0.004s\n\nOK"),  # unittest
         ("build ok\nTook 0.5s", "build ok\nTook 0.7s"),  # a line's first word
         ("Elapsed: 12 ms", "Elapsed: 15 ms"),
+        ("elapsed: 12 ms", "elapsed: 15 ms"),
+        ("Done in 1.20s.", "Done in 1.31s."),  # yarn
+        (
+            "Finished in 0.01 seconds (files took 0.1 seconds to load)",
+            "Finished in 0.03 seconds (files took 0.2 seconds to load)",
+        ),
+        ("BUILD SUCCESSFUL in 3s", "BUILD SUCCESSFUL in 5s"),  # gradle
+        ("Tests: 3 passed\nTime:        1.2 s", "Tests: 3 passed\nTime:        1.9 s"),  # jest
+        ("[INFO] Total time:  2.345 s", "[INFO] Total time:  2.9 s"),  # maven
         ("[<function f at 0x10a2b3c4>, 2]", "[<function f at 0x10a2b9d8>, 2]"),
     ],
 )
@@ -118,6 +127,8 @@ def test_volatile_tokens_are_masked(first: Any, second: Any) -> None:
         ('{"job": "backup", "last_run_at": 1733040000}', '{"job": "backup", "last_run_at": 1733126400}'),  # a new run
         ('{"routes": [{"duration": 1530.2}]}', '{"routes": [{"duration": 2710.9}]}'),  # an ETA
         ("error in 2 us-east-1 nodes", "error in 2 us-east-2 nodes"),  # "us" there is no unit
+        ("Done in 2 steps", "Done in 3 steps"),
+        ("Delivery time: 3 days", "Delivery time: 5 days"),
     ],
 )
 def test_what_is_not_volatile_still_tells_results_apart(first: str, second: str) -> None:
