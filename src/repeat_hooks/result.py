@@ -124,7 +124,8 @@ warning in`` (its count before it), ``Ran 5 tests in``, a build tool's ``Done in
 ``BUILD SUCCESSFUL in`` (gradle), ``Time:`` (jest, psql), ``Total time:`` (maven)."""
 _DURATION_AMOUNT = re.compile(r"\d+(?:\.\d+)?[ ]{0,2}(?:ms|s|secs?|seconds?|milliseconds?|µs|us)(?![\w-])")
 """A duration: a number and its unit (not ``us-east-1``)."""
-_COUNT_BEFORE = re.compile(r"\d+ ")
+_COUNT_BEFORE = re.compile(r"(?<!\w)\d+ \Z")
+"""A test summary's count, just before its word (searched up to the word: ``\\Z`` is where the search stops)."""
 _SUMMARY_HINTS = frozenset({"passed", "failed", "error", "skipped", "warning"})
 MAX_DURATIONS = 64
 """Hint words looked at in one result: past them its durations are left (a text full of hints costs no more)."""
@@ -143,10 +144,8 @@ def _mask_durations(text: str) -> str:
         escaped = at >= 2 and text[at - 2] == "\\" and text[at - 1] in "ntr"
         if at < done or (at and text[at - 1].isalnum() and not escaped):
             continue  # inside a word, or inside what was just masked
-        if hint.group() in _SUMMARY_HINTS:  # a test run's summary: its count comes just before the word
-            start = max(done, at - 12)
-            if not any(_COUNT_BEFORE.fullmatch(text, begin, at) for begin in range(start, at - 1)):
-                continue
+        if hint.group() in _SUMMARY_HINTS and not _COUNT_BEFORE.search(text, max(done, at - 12), at):
+            continue  # a test run's summary has its count just before the word
         lead = _DURATION_LEAD.match(text, at)
         amount = None if lead is None else _DURATION_AMOUNT.match(text, lead.end())
         if lead is not None and amount is not None:

@@ -222,8 +222,8 @@ class _Scoped:
 class _NamesTheConversation(logging.Filter):
     """Ends each of the guard's log lines with the conversation and agent of the hook call that logged it, where an
     adapter named them (``scope``), as `` [conversation=... agent=...]``, and sets them on the record
-    (``conversation_id``, ``agent_name``) for structured logging. A line that names its conversation itself
-    (``extra={"conversation_id": ...}``) is left as it is."""
+    (``conversation_id``, ``agent_name``) for structured logging. A record named already (by this filter, or by the
+    caller's ``extra={"conversation_id": ...}``) is left as it is: never two suffixes."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if hasattr(record, "conversation_id"):
@@ -236,11 +236,11 @@ class _NamesTheConversation(logging.Filter):
             named = [
                 (field, value)
                 for field, value in (("conversation", known.conversation_id), ("agent", known.agent_name))
+                if value is not None
             ]
-            shown = " ".join(f"{field}=%s" for field, value in named if value is not None)
             message = record.msg if record.args else record.msg.replace("%", "%%")  # no args: % was never a format
-            record.msg = f"{message} [{shown}]"
-            record.args = (*record.args, *(value for _, value in named if value is not None))
+            record.msg = f"{message} [{' '.join(f'{field}=%s' for field, _ in named)}]"
+            record.args = (*record.args, *(value for _, value in named))
         return True
 
 
