@@ -64,6 +64,15 @@ def count(policy: Policy, turn: Turn, key: str, restart: bool) -> int:
     return number
 
 
+def next_number(policy: Policy, turn: Turn, key: str) -> int:
+    """The number ``count`` would give the next call of ``key``, nothing restarting it (pure: counts nothing)."""
+    number = max(turn.counts.get(key, 0), 0) + 1
+    window = policy.window
+    if window is not None and len(turn.recent) >= window and turn.recent[0] == key:
+        number -= 1  # its oldest call leaves the window as this one comes in
+    return number
+
+
 def uncount(policy: Policy, turn: Turn, key: str) -> None:
     """Take one call of ``key`` back out of its count (a failure, with ``count_failures=False``)."""
     if policy.window is not None:

@@ -22,6 +22,9 @@ class StopReason(str, Enum):
     """The model kept calling after ``max_refusals`` refusals."""
     TOO_MANY_ERRORS = "too_many_errors"
     """``max_errors_in_a_row`` tool calls failed in a row."""
+    REPEATED_ANSWER = "repeated_answer"
+    """The model gave the same text answer ``max_same_answers`` times in a row, nothing else happening between
+    (a loop around the agent re-prompting it)."""
     MAX_STEPS = "max_steps"
     """The turn made ``max_model_calls`` model calls."""
     TIME = "time"

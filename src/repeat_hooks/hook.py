@@ -110,12 +110,14 @@ class StopRepeatedCalls(WholeModel):
         result: Any = None,
         turn_id: str | None = None,
         delivery_id: str | None = None,
-    ) -> None:
+    ) -> str | None:
         """Fires after a tool ran: records whether it succeeded and what it returned (``result``: what the model
-        reads; digested, never stored). Returns nothing."""
+        reads; digested, never stored). Returns ``None``, or with ``warn=True`` the note to hand the model after
+        the result (the same call made next would be refused: ``Policy.warning``)."""
         self._commit(
             self.policy.record_tool_result, call, ok=ok, result=result, turn_id=turn_id, delivery_id=delivery_id
         )
+        return self.policy.warning(self.state, call) if self.policy.warn else None
 
     def post_tool_rejected(self, call: ToolCall, *, turn_id: str | None = None) -> None:
         """Fires when a call ``pre_tool_call`` let through was rejected before it ran (a human reviewer, another
@@ -133,13 +135,19 @@ class StopRepeatedCalls(WholeModel):
         seconds: float = 0.0,
         cost_usd: float = 0.0,
         *,
+        answer: str | None = None,
         turn_id: str | None = None,
         delivery_id: str | None = None,
     ) -> None:
         """Fires after each model call: counts it, with its recorded ``seconds`` and ``cost_usd``, for the
-        budgets. Returns nothing."""
+        budgets, and its text ``answer`` when it called no tool, for ``max_same_answers``. Returns nothing."""
         self._commit(
-            self.policy.record_model_call, seconds=seconds, cost_usd=cost_usd, turn_id=turn_id, delivery_id=delivery_id
+            self.policy.record_model_call,
+            seconds=seconds,
+            cost_usd=cost_usd,
+            answer=answer,
+            turn_id=turn_id,
+            delivery_id=delivery_id,
         )
 
     def _commit(self, verb: Callable[..., T], *args: Any, **kwargs: Any) -> T:

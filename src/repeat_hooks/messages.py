@@ -5,6 +5,7 @@ Templates may use ``{tool}``, ``{count}`` and ``{limit}``; nothing else (checked
 
 from __future__ import annotations
 
+import re
 import string
 
 from .decision import RefusalKind, StopReason
@@ -60,6 +61,11 @@ REFUSE_REJECTED = (
     "reviewer or a guardrail), and nothing has changed since. Do not ask for it again: try something "
     "different, or give your answer with what you know."
 )
+WARNING = (
+    "Note: {tool} has now run {count} times like this with nothing changed in between; the same call again will "
+    "be refused. Use this result, try something different, or give your answer with what you know."
+)
+"""What the model reads after a result, with ``Policy(warn=True)``, when the same call made next would be refused."""
 TURN_ENDED = "Refused: this turn has ended ({reason}). Do not call any more tools: answer with what you know."
 STORE_DOWN_REFUSAL = (
     "Refused: the loop guard could not read this turn's calls, so no tool may run now. "
@@ -99,11 +105,37 @@ STOP_MESSAGES: dict[StopReason, str] = {
     StopReason.TOO_MANY_ERRORS: (
         "I stopped: {count} tool calls failed in a row, the last one {tool}. Try again later."
     ),
+    StopReason.REPEATED_ANSWER: (
+        "I stopped: I gave the same answer {count} times in a row, and it would not change in this turn. "
+        "Ask me again later."
+    ),
     StopReason.MAX_STEPS: "I stopped: this turn reached its limit of {limit} model calls.",
     StopReason.TIME: "I stopped: this turn used up its budget of {limit} seconds of model time.",
     StopReason.COST: "I stopped: this turn used up its budget of {limit} US dollars.",
     StopReason.STORE_UNAVAILABLE: STORE_DOWN_STOP,
 }
+
+
+_NOTE = re.compile(
+    re.escape(WARNING)
+    .replace(re.escape(" {count} times"), r" (?:once|[0-9]{1,19} times)")
+    .replace(re.escape("{tool}"), r"[^\n]{1,1000}")
+)
+"""A note as ``Policy.warning`` renders it."""
+
+
+def noted(text: str, note: str) -> str:
+    """A result's ``text`` with the guard's ``note`` after it (``Policy.warning``), as the model reads it."""
+    return f"{text}\n\n{note}"
+
+
+def unnoted(text: str) -> str:
+    """``text`` without the guard's note at its end (``noted``): what the tool itself returned, for an adapter
+    that records a result from the conversation, where the note was added to it."""
+    start = text.rfind("\n\nNote: ")
+    if start < 0 or _NOTE.fullmatch(text, start + 2) is None:
+        return text
+    return text[:start]
 
 
 def check_template(template: str) -> str:

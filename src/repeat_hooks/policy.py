@@ -33,8 +33,9 @@ from . import counting
 from .call import MAX_NAME_CHARS, ToolCall, as_text, batch_call_ids, call_key, digest_secret
 from .decision import GuardEvent, Refusal, RefusalKind, Stop, StopReason
 from .errors import GuardSetupError
-from .messages import REFUSAL_MESSAGES, REPEAT_MESSAGES, STOP_MESSAGES, TURN_ENDED, check_template, render
+from .messages import REFUSAL_MESSAGES, REPEAT_MESSAGES, STOP_MESSAGES, TURN_ENDED, WARNING, check_template, render
 from .observation import ModelCallDecided, ModelCallRecorded, ToolCallDecided, ToolResultRecorded, TurnStarted, Where
+from .result import outcome_digest
 from .state import MAX_KEYS, MAX_RUNS, SEEN, Delivery, GuardState, Turn, WholeModel
 from .stop_rules import STOP_RULES, Feed, HookPoint
 
@@ -69,7 +70,13 @@ class Policy(WholeModel):
     time is still a repeat."""
     mask_volatile: bool = True
     """Mask the tokens that change on every call without meaning anything changed (UUIDs, runs of 16+ hex
-    digits, ISO date-times with a time of day) before comparing results; ``False`` compares them too."""
+    digits, ISO date-times with a time of day, the answer's own epoch time, the call's stated duration, a default
+    repr's address, a temporary file's random name: ``result.mask_volatile_tokens``) before comparing results;
+    ``False`` compares them too."""
+    warn: bool = False
+    """Warn before refusing: the last run a repeat rule lets through has a note after its result, when the same
+    call made next, with nothing changed, would be refused (``Policy.warning``; the hook's ``post_tool_call``
+    returns it). It changes no decision: the same calls run and are refused as without it."""
     max_opaque_runs: Annotated[int, Field(ge=1)] | None = 5
     """With ``count="progress"``: runs allowed per turn of a call whose result could not be compared (an
     object with no stable form counts as new every time); the next is refused. ``None``: no cap."""
@@ -92,6 +99,11 @@ class Policy(WholeModel):
     max_refusals: NonNegative | None = 3
     """Model responses with a refused call that end the turn with ``ignored_refusals`` at the next model
     call; ``0`` ends it at the first refusal, with ``repeated_call``."""
+    max_same_answers: Annotated[int, Field(ge=2)] | None = None
+    """The same text answer from the model this many times in a row in a turn, nothing else happening between
+    (no tool call: a loop around the agent re-prompting it, OpenHands' "monologue"), ends the turn with
+    ``repeated_answer`` at the next model call. Needs the adapter to feed each answer
+    (``post_llm_call(answer=...)``); volatile tokens are masked as in results. ``None`` (the default): off."""
     max_model_calls: Annotated[int, Field(ge=1)] | None = None
     """Model calls (recorded by ``record_model_call``) after which the turn ends with ``max_steps``."""
     max_model_seconds: Annotated[float, Field(gt=0)] | None = None
@@ -196,6 +208,8 @@ class Policy(WholeModel):
         needed = {rule.feed for rule in STOP_RULES if rule.feed is not None and getattr(self, rule.setting) is not None}
         if self.count == "progress" or not self.count_failures:
             needed.add(Feed.OUTCOMES)
+        if self.warn:
+            needed.add(Feed.WARNINGS)
         return frozenset(needed)
 
     def hook_points(self) -> frozenset[HookPoint]:
@@ -206,13 +220,47 @@ class Policy(WholeModel):
         """
         points = {HookPoint.PRE_AGENT_TURN, HookPoint.PRE_TOOL_CALL}
         feeds = self.feeds()
-        if Feed.OUTCOMES in feeds:
+        if feeds & {Feed.OUTCOMES, Feed.WARNINGS}:  # a warning is handed over with the result, after the call
             points.add(HookPoint.POST_TOOL_CALL)
         if any(getattr(self, rule.setting) is not None for rule in STOP_RULES):
             points.add(HookPoint.PRE_LLM_CALL)
-        if feeds & {Feed.MODEL_CALLS, Feed.SECONDS, Feed.COST}:
+        if feeds & {Feed.MODEL_CALLS, Feed.SECONDS, Feed.COST, Feed.ANSWERS}:
             points.add(HookPoint.POST_LLM_CALL)
         return frozenset(points)
+
+    def warning(self, state: GuardState, call: ToolCall) -> str | None:
+        """With ``warn=True``, the note to hand the model after ``call``'s result when the same call made next,
+        with nothing changed in between, would be refused (its count is at its limit, a write succeeded, or
+        its runs without a stable result are at their cap); else ``None``. Pure: it reads the state and changes
+        nothing, so it decides nothing either.
+
+        Ask after the call's outcome is recorded (``record_tool_result``), or, where the SDK hands the result to
+        the model before the adapter records it, after its decision: the count then still holds the call, and a
+        result unlike the last one (which restarts the count) cannot be known yet.
+        """
+        if not self.warn:
+            return None
+        turn = state.turn
+        name = call.name
+        limit = self.limits.get(name, self.max_calls)
+        if name in self.exempt or turn.stop is not None or not limit:
+            return None
+        key = self._key(call)
+        number = turn.counts.get(key)
+        if number is None or number > limit:
+            return None
+        if self.count == "progress":
+            mark = turn.marks.get(key)
+            if mark is None or mark.changes != turn.changes:
+                return None  # something that may change its result ran since: its count restarts
+            refused = (
+                (self.max_opaque_runs is not None and mark.opaque >= self.max_opaque_runs)
+                or (mark.ok is not False and counting.writes_once(self, call))
+                or counting.next_number(self, turn, key) > limit
+            )
+        else:
+            refused = counting.next_number(self, turn, key) > limit
+        return render(WARNING, name, number, limit) if refused else None
 
     # -- the verbs ----------------------------------------------------------------------------------
 
@@ -321,9 +369,9 @@ class Policy(WholeModel):
     def decide_model_call(self, state: GuardState, *, turn_id: str | None = None) -> Stop | None:
         """Before a model call: ``None`` lets it happen; a ``Stop`` ends the turn with its final message.
 
-        The rules of ``STOP_RULES``, in order: refusals, errors in a row, model calls, seconds, cost. Once a
-        turn has stopped, every later call returns the same ``Stop``. Each call let through starts a new
-        model response (for counting refusals per response, and for scoping call ids).
+        The rules of ``STOP_RULES``, in order: refusals, errors in a row, same answers, model calls, seconds,
+        cost. Once a turn has stopped, every later call returns the same ``Stop``. Each call let through starts a
+        new model response (for counting refusals per response, and for scoping call ids).
         """
         self._check_key(state)
         turn = _turn_of(state, turn_id)
@@ -359,10 +407,15 @@ class Policy(WholeModel):
         *,
         seconds: float = 0.0,
         cost_usd: float = 0.0,
+        answer: str | None = None,
         turn_id: str | None = None,
         delivery_id: str | None = None,
     ) -> None:
         """After a model call: count it, with its recorded latency and cost (never a clock). Returns nothing.
+
+        ``answer``: the model's text, when the response called no tool (``None``: it called tools, or the adapter
+        cannot tell); with ``max_same_answers`` set, the same answer in consecutive responses counts toward it
+        (only its digest is kept).
 
         A ``delivery_id`` seen before is not counted again. Negative or NaN figures count as 0; infinite
         ones, and totals past the largest float, count as the largest float (any budget trips), so the
@@ -376,6 +429,8 @@ class Policy(WholeModel):
         seconds, cost_usd = _as_figure(seconds, "seconds"), _as_figure(cost_usd, "cost_usd")
         turn.model_seconds = min(turn.model_seconds + seconds, _LARGEST)
         turn.cost_usd = min(turn.cost_usd + cost_usd, _LARGEST)
+        if answer is not None and self.max_same_answers is not None and turn.answered_in != turn.responses:
+            self._answered(turn, answer)
         _told(state, ModelCallRecorded, turn, seconds, cost_usd)
 
     # -- how a call is decided ----------------------------------------------------------------------
@@ -483,6 +538,18 @@ class Policy(WholeModel):
         if progress:
             secret = self.__pydantic_private__["_secret"]  # type: ignore[index]  # as in _check_key
             counting.record_progress(self, turn, call, key, ok, result, secret)
+
+    def _answered(self, turn: Turn, answer: Any) -> None:
+        """The model answered ``answer`` in this response: the same answer as in the response before counts one
+        more in a row (no tool call can have come between), anything else starts again at 1."""
+        text = answer.strip() if type(answer) is str else as_text(answer)
+        secret = self.__pydantic_private__["_secret"]  # type: ignore[index]  # as in _check_key
+        digest = outcome_digest(True, text, key=secret)
+        if digest == turn.answer and turn.answered_in == turn.responses - 1:
+            turn.same_answers += 1
+        else:
+            turn.answer, turn.same_answers = digest, 1
+        turn.answered_in = turn.responses
 
     def _check_key(self, state: GuardState) -> None:
         """A state first met under this policy's ``digest_key``: take it if it holds no digests yet, else refuse

@@ -58,6 +58,9 @@ _CANDIDATE = re.compile(r"[0-9a-fA-F][0-9a-fA-F:+.,TZ -]{15,}")
 them (its own scan costs ~100 ns a character; this one a tenth of that), with the same result."""
 
 
+_TEMP_NAME = re.compile(r"(?<![A-Za-z0-9_])tmp(?:(?=[a-z_]{0,7}[0-9])[a-z0-9_]{8}|\.[A-Za-z0-9]{10})(?![A-Za-z0-9_])")
+"""A temporary file's or folder's random name: Python's ``tempfile`` (``tmp`` and 8 of ``[a-z0-9_]``, a digit among
+them: ``tmp_results`` is a name someone chose) and ``mktemp``'s default (``tmp.`` and 10 letters or digits)."""
 _REPR_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]{4,16}>")
 """A default ``repr``'s memory address, as it ends the repr (``<Thing object at 0x7f3a2b1c9d00>``)."""
 _EPOCH_VALUE = re.compile(r'":1\d{9}(?:\d{3})?(?:\.\d+)?(?=[,}\]])')
@@ -155,11 +158,14 @@ def _mask_durations(text: str) -> str:
 
 
 def mask_volatile_tokens(text: str) -> str:
-    """``text`` with every ``VOLATILE`` token replaced by ``~``, every default repr's address by ``0x~``, and every
-    epoch time under a time's key and duration (under a duration's key, or said in text) by ``~``."""
+    """``text`` with every ``VOLATILE`` token replaced by ``~``, every default repr's address by ``0x~``, every
+    temporary file's random name by ``tmp~``, and every epoch time under a time's key and duration (under a
+    duration's key, or said in text) by ``~``."""
     text = _CANDIDATE.sub(_mask_run, text)
     if " at 0x" in text:
         text = _REPR_ADDRESS.sub(" at 0x~>", text)
+    if "tmp" in text:
+        text = _TEMP_NAME.sub("tmp~", text)
     if '":1' in text:
         text = _mask_epochs(text)
     if any(word in text for word in _DURATION_WORDS):

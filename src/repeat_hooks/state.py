@@ -110,6 +110,12 @@ class Turn(WholeModel):
     """Model time recorded by ``record_model_call`` (recorded values, never a clock)."""
     cost_usd: Figure = 0.0
     """Cost recorded by ``record_model_call``."""
+    answer: str | None = None
+    """A digest of the model's last text answer in the turn (for ``max_same_answers``); ``None`` before any."""
+    answered_in: Count = -1
+    """The response (``responses``) that gave ``answer``; -1 for none."""
+    same_answers: Count = 0
+    """The same text answer in consecutive responses, nothing else between: how many times in a row."""
     stop: Stop | None = None
     """The turn's stop, once ``decide_model_call`` has ended it."""
 

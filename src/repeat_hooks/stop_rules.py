@@ -47,6 +47,10 @@ class Feed(str, Enum):
     """Each model call's recorded seconds (``post_llm_call(seconds=...)``)."""
     COST = "cost"
     """Each model call's cost in US dollars (``post_llm_call(cost_usd=...)``)."""
+    ANSWERS = "answers"
+    """Each model call's text answer, when it called no tool (``post_llm_call(answer=...)``)."""
+    WARNINGS = "warnings"
+    """Not a figure but its return: the guard's warning handed to the model with a result (``Policy.warn``)."""
 
     def __str__(self) -> str:
         return self.value
@@ -89,6 +93,7 @@ STOP_RULES: tuple[StopRule, ...] = (
         HookPoint.POST_TOOL_CALL,
         tool="last_failed",
     ),
+    StopRule(StopReason.REPEATED_ANSWER, "max_same_answers", "same_answers", Feed.ANSWERS, HookPoint.POST_LLM_CALL),
     StopRule(StopReason.MAX_STEPS, "max_model_calls", "model_calls", Feed.MODEL_CALLS, HookPoint.POST_LLM_CALL),
     StopRule(StopReason.TIME, "max_model_seconds", "model_seconds", Feed.SECONDS, HookPoint.POST_LLM_CALL, over=True),
     StopRule(StopReason.COST, "max_cost_usd", "cost_usd", Feed.COST, HookPoint.POST_LLM_CALL, over=True),

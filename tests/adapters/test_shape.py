@@ -1,6 +1,7 @@
 """Every adapter package has one shape, so that the eighth cannot drift: the same modules for the same roles, a
 small ``__all__``, a guard built around the kit's ``GuardCore`` with the same common keywords, one ``stop_of``
-shape, errors from the kit's bases, no module-level mutable state, and a runtime of at most 900 lines.
+shape, errors from the kit's bases, no module-level mutable state, and a runtime of at most 1,000 lines (900 before
+issue 27's warnings, answers and tools the agent lacks, each an SDK's own translation).
 
 ``shape_problems`` says what is wrong with one package; the tests run it on every adapter, and on a package made
 misshapen on purpose, which it must catch."""
@@ -29,7 +30,7 @@ COMMON = ("policy", "store", "cost", "clock", "is_failure", "check_tools", "on_s
 """The keywords every adapter's guard takes, with the same values everywhere (``repeat_hooks.kit.core``)."""
 NEEDED = ("Policy", "Stop", "StopReason", "TokenPrices", "GuardSetupError", "RepeatGuardStopped", "stop_of")
 MAX_NAMES = 14
-MAX_LINES = 900
+MAX_LINES = 1_000
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,7 @@ def test_the_adapter_has_the_shape(name: str) -> None:
 
 def test_the_adapters_runtime_code_stays_small_in_all() -> None:
     total = sum(runtime_lines(ROOT / "adapters" / name / "src" / f"repeat_hooks_{name}") for name in ADAPTERS)
-    assert total <= 5_000
+    assert total <= 6_000  # 4,997 at issue 25's close; issue 27's features added each SDK's own translation
 
 
 def test_a_misshapen_adapter_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

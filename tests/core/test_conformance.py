@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from repeat_hooks import Refusal, StateStore, Stop, StopRepeatedCalls, ToolCall
+from repeat_hooks import GuardState, Refusal, StateStore, Stop, StopRepeatedCalls, ToolCall
 from repeat_hooks.kit import GuardCore
 from repeat_hooks.kit.conformance import (
     FINAL,
@@ -81,16 +81,21 @@ class ReferenceDriver:
             stop = guard.pre_llm_call()
             if stop is not None:
                 return stop.message
-            guard.post_llm_call()
             reply = cursor.next()
+            guard.post_llm_call(answer=reply if isinstance(reply, str) else None)
             if isinstance(reply, str):
                 return reply
             calls = [
-                ToolCall(c.tool, {"query": c.query}, call_id=i, read_only=tools[c.tool].read_only) for c, i in reply
+                ToolCall(c.tool, {"query": c.query}, call_id=i, read_only=getattr(tools.get(c.tool), "read_only", None))
+                for c, i in reply
             ]
             for call, decision in zip(calls, guard.pre_tool_calls(calls), strict=True):
                 if decision is not None:
                     seen.append(decision.message)
+                    continue
+                if call.name not in tools:  # a tool the agent lacks: the loop's error, as a failed call
+                    guard.post_tool_call(call, False, result=f"Error: {call.name} is not a tool")
+                    seen.append(f"Error: {call.name} is not a tool")
                     continue
                 if tools[call.name].needs_approval and not box.ask(call.name, call.arguments["query"]):
                     guard.policy.record_rejection(guard.state, call)  # the human rejected it: it does not run
@@ -100,8 +105,8 @@ class ReferenceDriver:
                     result, ok = box.run(call.name, call.arguments["query"]), True
                 except ToolFailed as error:
                     result, ok = str(error), False
-                guard.post_tool_call(call, ok, result=result)
-                seen.append(str(result))
+                note = guard.post_tool_call(call, ok, result=result)
+                seen.append(str(result) if note is None else f"{result}\n\n{note}")
         raise AssertionError("50 steps without an answer")
 
     def run_turn(
@@ -129,9 +134,11 @@ class StoredGuard:
             self.key, lambda state: self.policy.decide_model_call(state, turn_id=self.turn_id), outage=self.core.ended
         )
 
-    def post_llm_call(self) -> None:
+    def post_llm_call(self, answer: str | None = None) -> None:
         self.core.update_now(
-            self.key, lambda state: self.policy.record_model_call(state, turn_id=self.turn_id), outage=None
+            self.key,
+            lambda state: self.policy.record_model_call(state, answer=answer, turn_id=self.turn_id),
+            outage=None,
         )
 
     def pre_tool_calls(self, calls: list[ToolCall]) -> list[Refusal | None]:
@@ -141,12 +148,12 @@ class StoredGuard:
             outage=[self.core.refused] * len(calls),
         )
 
-    def post_tool_call(self, call: ToolCall, ok: bool, *, result: object) -> None:
-        self.core.update_now(
-            self.key,
-            lambda state: self.policy.record_tool_result(state, call, ok=ok, result=result, turn_id=self.turn_id),
-            outage=None,
-        )
+    def post_tool_call(self, call: ToolCall, ok: bool, *, result: object) -> str | None:
+        def record(state: GuardState) -> str | None:
+            self.policy.record_tool_result(state, call, ok=ok, result=result, turn_id=self.turn_id)
+            return self.policy.warning(state, call)
+
+        return self.core.update_now(self.key, record, outage=None)
 
 
 # Two fresh interpreters (a few seconds): kept in mutation testing, which then sees the harness that runs them.

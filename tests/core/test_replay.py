@@ -535,3 +535,15 @@ def test_a_harmful_refusal_shows_the_calls_around_it_by_their_digests() -> None:
         )
     )
     assert len(digest({"n": 1})) == 8 and digest({"n": 1}) != digest({"n": 2})
+
+
+def test_replay_shows_the_warnings_and_they_change_no_refusal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_jsonl(tmp_path / "runs.jsonl", [LOOP, RECHECK, NEW_RESULT])
+    plain, warned = figures(capsys, str(path), "--policy", "{}", "--policy", '{"warn": true}')
+    # the loop's 2nd track (its 3rd is refused), and the poll's 2nd "delivered" (a 5th poll would be)
+    assert plain["warned"] == 0 and warned["warned"] == 2
+    assert {k: v for k, v in warned.items() if k not in ("warned", "policy")} == {
+        k: v for k, v in plain.items() if k not in ("warned", "policy")
+    }

@@ -605,6 +605,7 @@ def test_the_figures_table_has_every_figure_one_column_per_policy(
         "waste_prevented": ["4", "0"],
         "unjudged": ["0", "0"],
         "refused": ["5", "0"],
+        "warned": ["0", "0"],
         "turns_stopped": ["0", "0"],
         "loops_caught": ["1 of 1", "0 of 1"],
     }

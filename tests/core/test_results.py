@@ -150,6 +150,20 @@ def test_an_object_handed_over_as_its_str_is_a_loop_though_its_address_changes()
     assert [run(guard, call, str(thing)) for thing in things] == [True, True, False]
 
 
+def test_a_result_naming_a_fresh_temporary_file_each_run_is_still_a_loop() -> None:
+    """A tool that writes its report to a new temporary file and says where: the name is random each run (Python's
+    ``tempfile``: ``tmp`` and 8 of ``[a-z0-9_]``), the report the same; the 3rd run is refused. A name someone chose
+    (``tmp_results``: no digit) is kept, and so is one with no digit among its 8 (about 1 in 12 of tempfile's)."""
+    guard = StopRepeatedCalls()
+    call = ToolCall("export_report", {"month": "2026-11"})
+    paths = ["/tmp/tmpa8f3k2x1.csv", "/tmp/tmp_9qzv0wd.csv", "/tmp/tmp3kd81mzq.csv"]
+    assert [run(guard, call, f"12 rows written to {path}") for path in paths] == [True, True, False]
+    assert outcome_digest(True, "cd /tmp/tmpw0e7r1jb") == outcome_digest(True, "cd /tmp/tmp4c2ye_8h")
+    assert outcome_digest(True, "mktemp: /tmp/tmp.Ab3dE5fG7h") == outcome_digest(True, "mktemp: /tmp/tmp.Zz9yX8wV7u")
+    assert outcome_digest(True, "wrote tmp_results") != outcome_digest(True, "wrote tmp_archives")
+    assert outcome_digest(True, "my_tmpa8f3k2x1") != outcome_digest(True, "my_tmpb8f3k2x1")  # inside a word
+
+
 def test_a_test_run_repeated_with_nothing_changed_is_a_loop_though_its_timing_changes() -> None:
     """A coding agent reruns the tests, edits nothing, reruns: pytest's summary differs only by how long it took.
     The 3rd rerun is refused; after an edit (a change), the tests run again."""

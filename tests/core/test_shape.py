@@ -125,6 +125,7 @@ def test_the_stop_rules_table_names_real_settings_and_counters() -> None:
     assert [rule.reason for rule in STOP_RULES] == [
         StopReason.IGNORED_REFUSALS,
         StopReason.TOO_MANY_ERRORS,
+        StopReason.REPEATED_ANSWER,
         StopReason.MAX_STEPS,
         StopReason.TIME,
         StopReason.COST,
@@ -138,6 +139,16 @@ def test_the_stop_rules_table_names_real_settings_and_counters() -> None:
         ({"count": "per_turn", "max_refusals": None}, {"pre_agent_turn", "pre_tool_call"}, set()),
         ({"count": "per_turn", "max_refusals": None, "count_failures": False}, None, {"outcomes"}),
         ({"count": "per_turn", "max_model_calls": 5}, None, {"model_calls"}),
+        (
+            {"count": "per_turn", "warn": True},
+            {"pre_agent_turn", "pre_tool_call", "post_tool_call", "pre_llm_call"},
+            {"warnings"},
+        ),
+        (
+            {"count": "per_turn", "max_same_answers": 3},
+            {"pre_agent_turn", "pre_tool_call", "pre_llm_call", "post_llm_call"},
+            {"answers"},
+        ),
         (
             {"max_cost_usd": 1.0, "max_model_seconds": 30},
             {"pre_agent_turn", "pre_tool_call", "post_tool_call", "pre_llm_call", "post_llm_call"},

@@ -158,3 +158,63 @@ def test_a_past_turns_stop_stays_readable_from_its_event() -> None:
     assert guard.stop_of("t2") is None
     restored = StopRepeatedCalls.model_validate_json(guard.model_dump_json())
     assert restored.stop_of("t1") == stop
+
+
+def answer(guard: StopRepeatedCalls, text: str) -> None:
+    assert guard.pre_llm_call() is None
+    guard.post_llm_call(answer=text)
+
+
+def test_the_same_answer_in_a_row_ends_the_turn_with_repeated_answer() -> None:
+    """A loop around the agent re-prompts it; it says the same thing each time: the 3rd same answer in a row ends
+    the turn at the next model call (volatile tokens masked, surrounding space ignored), with its count."""
+    guard = StopRepeatedCalls(max_same_answers=3)
+    answer(guard, "Your parcel is in transit (checked 2026-12-02T07:00:01Z).")
+    answer(guard, "  Your parcel is in transit (checked 2026-12-02T07:00:09Z).\n")
+    answer(guard, "Your parcel is in transit (checked 2026-12-02T07:01:00Z).")
+    stop = guard.pre_llm_call()
+    assert stop is not None and stop.reason is StopReason.REPEATED_ANSWER
+    assert stop.message == (
+        "I stopped: I gave the same answer 3 times in a row, and it would not change in this turn. Ask me again later."
+    )
+    assert guard.events[-1].count == 3 and guard.events[-1].limit == 3
+    assert "transit" not in guard.model_dump_json()  # a digest, never the text
+
+
+def test_a_tool_call_or_another_answer_between_starts_the_count_again() -> None:
+    guard = StopRepeatedCalls(max_same_answers=2)
+    answer(guard, "done")
+    assert guard.pre_llm_call() is None  # a response that calls a tool: something happened
+    assert guard.pre_tool_call(CALL) is None
+    guard.post_tool_call(CALL, result="in transit")
+    guard.post_llm_call()
+    answer(guard, "done")
+    answer(guard, "done, really")
+    answer(guard, "done")
+    assert guard.pre_llm_call() is None
+    guard.post_llm_call(answer="done")
+    stop = guard.pre_llm_call()
+    assert stop is not None and stop.reason is StopReason.REPEATED_ANSWER
+
+
+def test_answers_count_per_turn_once_per_response_and_only_when_set() -> None:
+    guard = StopRepeatedCalls(max_same_answers=2)
+    answer(guard, "done")
+    guard.post_llm_call(answer="done")  # the same response recorded twice (no delivery id): one answer
+    guard.pre_agent_turn()
+    answer(guard, "done")  # a new turn: counted afresh
+    assert guard.pre_llm_call() is None
+    off = StopRepeatedCalls()
+    for _ in range(5):
+        answer(off, "done")
+    assert off.pre_llm_call() is None and off.state.turn.same_answers == 0
+    with pytest.raises(ValueError, match="greater than or equal to 2"):
+        StopRepeatedCalls(max_same_answers=1)
+
+
+def test_an_adapter_that_feeds_no_answers_refuses_the_setting_at_setup() -> None:
+    from repeat_hooks import GuardSetupError
+    from repeat_hooks.kit import check_budgets
+
+    with pytest.raises(GuardSetupError, match=r"Policy\(max_same_answers=...\) could never trip: MyGuard cannot feed"):
+        check_budgets(StopRepeatedCalls(max_same_answers=3).policy, owner="MyGuard", cost=None, clock=None)

@@ -4,6 +4,8 @@
   ``store``, ``cost``, ``clock``, ``is_failure``, ``check_tools``, ``on_stop``, ``fail``), the one path to a
   conversation's state (a store key or the SDK's ``Slot``) with the outage policy and the observers told after
   the commit, a caller's ``request(conversation_id=..., turn_id=...)``, and ``GuardStopped``;
+  ``FEEDS`` (what every adapter feeds: outcomes and model calls; one that feeds more, a ``Feed``, says so);
+- ``noted``, ``unnoted``: a result's text with the guard's warning after it (``Policy(warn=True)``), and without;
 - ``batch``: one model response's calls as decided (``Batch``), found again by each per-call hook;
 - ``calls``: a ``ToolCall`` with the effect hints of its tool's MCP annotations (``hints``, ``tool_call``);
 - ``states``: the SDK's own place for a state (``Slot``), ``load`` naming it, ``ParsedStates``;
@@ -23,13 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .._moved import forwarder as moved
+    from ..messages import noted, unnoted
     from ..state import load_state
+    from ..stop_rules import Feed
     from .batch import ANY, Batch, Decided
     from .beside import Beside
     from .calls import hints, tool_call
     from .clock import Clock, Stopwatch, monotonic
     from .core import (
         COMMON,
+        FEEDS,
         Fail,
         FailureCheck,
         GuardCore,
@@ -52,7 +57,9 @@ _HOMES: dict[str, tuple[str, str]] = {
     "Clock": ("repeat_hooks.kit.clock", "Clock"),
     "CostOf": ("repeat_hooks.kit.usage", "CostOf"),
     "Decided": ("repeat_hooks.kit.batch", "Decided"),
+    "FEEDS": ("repeat_hooks.kit.core", "FEEDS"),
     "Fail": ("repeat_hooks.kit.core", "Fail"),
+    "Feed": ("repeat_hooks.stop_rules", "Feed"),
     "FailureCheck": ("repeat_hooks.kit.core", "FailureCheck"),
     "GuardCore": ("repeat_hooks.kit.core", "GuardCore"),
     "GuardStopped": ("repeat_hooks.kit.core", "GuardStopped"),
@@ -70,6 +77,8 @@ _HOMES: dict[str, tuple[str, str]] = {
     "hints": ("repeat_hooks.kit.calls", "hints"),
     "load": ("repeat_hooks.kit.states", "load"),
     "monotonic": ("repeat_hooks.kit.clock", "monotonic"),
+    "noted": ("repeat_hooks.messages", "noted"),
+    "unnoted": ("repeat_hooks.messages", "unnoted"),
     "policy_from": ("repeat_hooks.kit.setup", "policy_from"),
     "request": ("repeat_hooks.kit.core", "request"),
     "tool_call": ("repeat_hooks.kit.calls", "tool_call"),
@@ -83,6 +92,7 @@ _HOMES: dict[str, tuple[str, str]] = {
 __all__ = [
     "ANY",
     "COMMON",
+    "FEEDS",
     "Batch",
     "Beside",
     "Clock",
@@ -90,6 +100,7 @@ __all__ = [
     "Decided",
     "Fail",
     "FailureCheck",
+    "Feed",
     "GuardCore",
     "GuardStopped",
     "OnStop",
@@ -108,9 +119,11 @@ __all__ = [
     "load_state",
     "monotonic",
     "moved",
+    "noted",
     "policy_from",
     "request",
     "tool_call",
+    "unnoted",
     "usage_tokens",
 ]
 

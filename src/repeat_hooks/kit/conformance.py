@@ -98,6 +98,8 @@ REFUSED = "Refused"
 """Every refusal text the guard hands the model starts with this."""
 STOPPED = "I stopped"
 """Every stop message the guard hands the caller starts with this."""
+WARNED = "the same call again will be refused"
+"""Every note the guard hands the model after a result (``Policy(warn=True)``) holds this."""
 
 
 class ToolFailed(Exception):
@@ -162,6 +164,9 @@ class Expect:
     """Per turn: the rounds the construct around the agent ran (a stop ends it); ``None``: ``Scenario.rounds``."""
     asked: Mapping[str, int] = field(default_factory=dict)
     """For a tool whose human ``rejects``: how many times the human was asked, over the whole scenario."""
+    warnings: int = 0
+    """Tool results the model received with the guard's note after them (``Policy(warn=True)``), over the whole
+    scenario: each a result the tool returned, the note after it (holding ``WARNED``)."""
 
 
 @dataclass(frozen=True)
@@ -322,6 +327,13 @@ def check(
     if refusals != expect.refusals:
         seen = [outcome.seen for outcome in outcomes]
         problems.append(f"{refusals} refusals reached the model, expected {expect.refusals}; it saw {seen}")
+    noted = [text for outcome in outcomes for text in outcome.seen if WARNED in text and not text.startswith(REFUSED)]
+    if len(noted) != expect.warnings or any(text.find(WARNED) < 20 for text in noted):
+        seen = [outcome.seen for outcome in outcomes]
+        problems.append(
+            f"{len(noted)} results reached the model with the guard's note after them, expected {expect.warnings} "
+            f"(each the tool's result, then the note); it saw {seen}"
+        )
     for tool in scenario.tools:
         if tool.rejects:
             if box.runs[tool.name] or box.asked[tool.name] != expect.asked.get(tool.name, 0):
@@ -492,6 +504,15 @@ SCENARIOS: tuple[Scenario, ...] = (
         ),
     ),
     Scenario(
+        "a_warning_comes_before_the_refusal",
+        "With warn=True, the 2nd same call runs and its result reaches the model with the guard's note that the "
+        "same call again will be refused; the 3rd is refused, as without the note.",
+        (_track(),),
+        (UserTurn("Where is FR-7731?", (_calls(TRACK), _calls(TRACK), _calls(TRACK))),),
+        Expect(runs={"track_parcel": 2}, refusals=1, stops=(None,), model_calls=(4,), warnings=1),
+        {"warn": True},
+    ),
+    Scenario(
         "new_results_are_progress",
         "A call whose result is new each time (a test rerun after each edit, a job's status) is never refused.",
         (_track(numbered()),),
@@ -598,6 +619,15 @@ SCENARIOS: tuple[Scenario, ...] = (
         Expect(runs={"track_parcel": 2}, refusals=0, stops=(None,), model_calls=(3,)),
     ),
     Scenario(
+        "a_tool_the_agent_lacks_fails_like_any_other",
+        "The model calls a tool the agent does not have (hex), again and again: the SDK answers each with its "
+        "error, and the guard counts it as a failed call of that name, so the same failure is refused at the 3rd "
+        "call and, refused 3 times, the turn ends (langchain#37961: about $26 in one turn).",
+        (_track(),),
+        (UserTurn("Convert 255 to hex", (_calls(Call("hex", "255")),) * 8),),
+        Expect(runs={}, refusals=3, stops=(StopReason.IGNORED_REFUSALS,), model_calls=(5,)),
+    ),
+    Scenario(
         "max_model_calls_ends_the_turn",
         "A step budget: after 3 model calls the turn ends with max_steps, though every call made progress.",
         (_track(numbered()),),
@@ -638,6 +668,23 @@ SCENARIOS: tuple[Scenario, ...] = (
         (UserTurn("Watch FR-7731", (_calls(TRACK), FINAL, _calls(TRACK), FINAL)),),
         Expect(runs={"track_parcel": 2}, refusals=0, stops=(None,), model_calls=(5,)),
         rounds=3,
+    ),
+    Scenario(
+        "the_same_answer_round_after_round_ends_the_loop",
+        "The SDK's loop re-prompts the agent (5 rounds); after one call it answers the same text each round, nothing "
+        "else happening: with max_same_answers=3, the 3rd same answer ends the turn at the next model call (round "
+        "4's first), and no later round runs.",
+        (_track(),),
+        (UserTurn("Keep watching FR-7731", (_calls(TRACK),)),),
+        Expect(
+            runs={"track_parcel": 1},
+            refusals=0,
+            stops=(StopReason.REPEATED_ANSWER,),
+            model_calls=(4,),
+            rounds=(4,),
+        ),
+        {"max_same_answers": 3},
+        rounds=5,
     ),
     Scenario(
         "isolated_branches_count_apart",

@@ -125,6 +125,11 @@ def current_request() -> Request:
     return _REQUEST.get() or _NO_REQUEST
 
 
+FEEDS: tuple[Feed, ...] = (Feed.OUTCOMES, Feed.MODEL_CALLS)
+"""What every adapter feeds the guard: each call's outcome and each model call. One that also reads the model's
+text answers feeds ``(*FEEDS, Feed.ANSWERS)`` (``GuardCore(feeds=...)``)."""
+
+
 class GuardCore:
     """The settings, the state seam and the checks of one adapter's guard (see the module's docstring).
 
@@ -151,7 +156,7 @@ class GuardCore:
         check_tools: bool = True,
         on_stop: OnStop = "reply",
         fail: Fail = "open",
-        feeds: Iterable[Feed] = (Feed.OUTCOMES, Feed.MODEL_CALLS),
+        feeds: Iterable[Feed] = FEEDS,
         why: Mapping[Feed, str] | None = None,
         how: Mapping[Feed, str] | None = None,
         spelling: str | None = None,

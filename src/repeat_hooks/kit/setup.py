@@ -90,6 +90,11 @@ def check_feeds(
             cannot = f"{owner} cannot feed {rule.feed.value}" + (f" ({reason})" if reason else "")
             advice = f"set it up with {fix}" if fix else f"{cannot}: leave it None"
             raise error(f"Policy({rule.setting}=...) could never trip: {advice}")
+    if Feed.WARNINGS in missing:
+        raise error(
+            f"Policy(warn=True) needs {owner} to hand the model a note with a result, which it cannot "
+            f"({(why or {}).get(Feed.WARNINGS, 'not supported')}): leave warn off"
+        )
     if Feed.OUTCOMES in missing:
         raise error(
             f"{owner} does not record tool outcomes, which count='progress' and count_failures=False need: "

@@ -25,11 +25,11 @@ the event, started and ended at once (a root span, or a child of the current one
 and then dropped with it). Attributes (absent when unknown):
 
 - ``repeat_hooks.reason``: the stop reason (``repeated_call``, ``ignored_refusals``, ``too_many_errors``,
-  ``max_steps``, ``time``, ``cost``; a refusal after a stop carries the stop's).
+  ``repeated_answer``, ``max_steps``, ``time``, ``cost``; a refusal after a stop carries the stop's).
 - ``repeat_hooks.rule``: for a refusal, the rule that refused (``repeat``, ``failure``, ``cycle``,
   ``forbidden``, ``duplicate_write``, ``opaque``, ``turn_ended``); for a stop, the ``Policy`` setting that
-  tripped (``max_refusals``, ``max_errors_in_a_row``, ``max_model_calls``, ``max_model_seconds``,
-  ``max_cost_usd``).
+  tripped (``max_refusals``, ``max_errors_in_a_row``, ``max_same_answers``, ``max_model_calls``,
+  ``max_model_seconds``, ``max_cost_usd``).
 - ``repeat_hooks.count`` and ``repeat_hooks.limit``: what tripped and its limit (a call's number for its key,
   refusals, errors in a row, model calls, seconds or dollars), as the state's ``GuardEvent`` keeps them; a
   refusal because the turn already stopped has none.

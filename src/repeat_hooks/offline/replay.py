@@ -94,6 +94,7 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("waste_prevented", "waste prevented"),
     ("unjudged", "refusals unjudged (no result)"),
     ("refused", "calls refused"),
+    ("warned", "results with a warning (warn=True)"),
     ("turns_stopped", "turns stopped"),
     ("loops_caught", "no-progress loops caught"),
 )
@@ -208,6 +209,8 @@ class Tally:
     unjudged: int = 0
     """Refused calls neither harmful nor waste prevented: their result, or the last one the model saw for that
     call, was never recorded (``UNRECORDED``)."""
+    warned: int = 0
+    """Results that carried the guard's note (``Policy(warn=True)``): the same call made next would be refused."""
     turns: int = 0
     turns_stopped: int = 0
     loops: int = 0
@@ -366,6 +369,7 @@ def _replay_turns(policy: Policy, trajectory: Trajectory, tally: Tally) -> None:
             for tool_call, call, full, ran_outcome in ran:
                 if ran_outcome is not None:  # an unrecorded outcome is not told (as the live guard was not)
                     policy.record_tool_result(state, tool_call, ok=call.ok, result=call.result)
+                    tally.warned += policy.warning(state, tool_call) is not None
                 seen[full] = ran_outcome
         if any(turn):
             # the model's next call, for its answer: a stop there replaces the answer

@@ -68,3 +68,9 @@ def test_a_turn_retried_in_a_second_process_runs_no_write_again(tmp_path: Path) 
     check_retried(RETRIED, code, outcome, box)
     assert outcome.seen[0] == "FR-7731: in transit" and outcome.seen[1].startswith("Refused")
     assert any((tmp_path / "claude_home" / "claude" / "projects").glob("*/*.jsonl"))  # one session, resumed
+
+
+def test_no_stop_lands_late() -> None:
+    """Every stop rule lands before the model call it forbids (at PostToolBatch, or at the refusal that reaches
+    max_refusals): the kit's scenarios run with no lag at all."""
+    assert STOP_LAG == {}

@@ -77,7 +77,14 @@ def test_hooks_merge_with_your_own() -> None:
         return {}
 
     hooks = RepeatGuardHooks().hooks({"PreToolUse": [HookMatcher(hooks=[mine])], "Stop": [HookMatcher(hooks=[mine])]})
-    assert set(hooks) == {"UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure", "Stop"}
+    assert set(hooks) == {
+        "UserPromptSubmit",
+        "PreToolUse",
+        "PostToolUse",
+        "PostToolUseFailure",
+        "PostToolBatch",
+        "Stop",
+    }
     assert len(hooks["PreToolUse"]) == 2 and hooks["PreToolUse"][1].hooks == [mine]
 
 
@@ -107,8 +114,8 @@ async def test_hooks_without_the_guards_transport_refuse_and_say_why(tmp_path: P
 
 async def test_max_cost_usd_counts_each_response_with_its_final_output_tokens(tmp_path: Path) -> None:
     """50 input and 10 output tokens a response at $3/$15 per million: $0.0003 a response, so with a
-    $0.0005 budget the 3rd response's call is refused and the turn ends. (Counting the output tokens a
-    response's first line reports, 1, would let two more responses run.)"""
+    $0.0005 budget the turn ends once the 2nd response's call has resolved, before a 3rd model call. (Counting
+    the output tokens a response's first line reports, 1, would let two more responses run.)"""
     parcels = carrier()
     model = scripted({"Watch FR-7731": [call("track_parcel", {"tracking_number": f"FR-{n}"}) for n in range(9)]})
     guard = RepeatGuardHooks(max_cost_usd=0.0005, cost=TokenPrices(3, 15))
@@ -116,7 +123,7 @@ async def test_max_cost_usd_counts_each_response_with_its_final_output_tokens(tm
         (turn,) = await converse(
             guard, api, tmp_path, ["Watch FR-7731"], mcp_servers={"parcels": parcels.server}, allowed_tools=allowed()
         )
-    assert parcels.count("track_parcel") == 2
+    assert parcels.count("track_parcel") == 2 and len(api.model_requests()) == 2
     stop = await stop_of(turn.result, guard=guard)
     assert stop is not None and stop.reason is StopReason.COST and turn.result.result == stop.message
     assert not any(isinstance(message, StreamEvent) for message in turn.messages)  # not asked for: hidden

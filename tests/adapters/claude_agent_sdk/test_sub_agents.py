@@ -92,7 +92,7 @@ async def test_a_stopped_sub_agent_ends_alone_and_its_parent_counts_apart(tmp_pa
     # Each keeps its own state in the guard's store: the parent's turn saw no refusal.
     state = await read_state(turn.result, guard=guard)
     assert state is not None and state.turn.stop is None and state.turn.refused_responses == 0
-    assert state.turn.model_calls == 2  # counted at the next response's first call: not the answer
+    assert state.turn.model_calls == 3  # each response with calls, once they resolved: not the answer
     agent_state = await read_state(turn.result, guard=guard, agent_id=started.task_id)
     assert agent_state is not None and agent_state.turn.id == started.task_id
     assert agent_state.turn.model_calls == 5
@@ -151,3 +151,41 @@ async def test_background_sub_agents_count_apart_after_their_parents_turn_ended(
         agent_state = await read_state(turn.result, guard=guard, agent_id=task.task_id)
         assert agent_state is not None and agent_state.turn.id == task.task_id
         assert agent_state.turn.refused_responses == 0
+
+
+def parent_then_busy_tracker(request: dict[str, Any]) -> Reply:
+    """The parent starts one tracker sub-agent in the foreground, then answers; the tracker tracks a new parcel in
+    every response, forever (each call is progress: no repeat rule trips)."""
+    if TRACKER in json.dumps(request.get("system")):
+        return call("track_parcel", {"tracking_number": f"FR-{steps(request, 'Track FR-7731')}"})
+    if steps(request, "Where is FR-7731?") == 0:
+        arguments = {"description": "track", "prompt": "Track FR-7731", "subagent_type": "tracker"}
+        return [tool_use("Agent", {**arguments, "run_in_background": False})]
+    return "done"
+
+
+async def test_a_sub_agents_budget_ends_it_before_its_next_model_call(tmp_path: Path) -> None:
+    """max_model_calls=3 applies to the sub-agent on its own: once its 3rd response's call has resolved, it ends
+    (its PostToolBatch's continue: false), with no 4th model call; the parent goes on to its answer."""
+    parcels = carrier()
+    guard = RepeatGuardHooks(max_model_calls=3)
+    with FakeMessagesAPI(parent_then_busy_tracker) as api:
+        (turn,) = await converse(
+            guard,
+            api,
+            tmp_path,
+            ["Where is FR-7731?"],
+            mcp_servers={"parcels": parcels.server},
+            allowed_tools=[*allowed("track_parcel"), "Agent"],
+            tools=["Agent"],
+            agents={  # maxTurns: a guard that fails to stop it fails this test rather than hanging it
+                "tracker": AgentDefinition(description="Tracks a parcel.", prompt=TRACKER, tools=[TRACK], maxTurns=10)
+            },
+        )
+    tracker = [request for request in api.model_requests() if TRACKER in json.dumps(request.get("system"))]
+    assert len(tracker) == 3 and parcels.count("track_parcel") == 3
+    (started,) = [message for message in turn.messages if isinstance(message, TaskStartedMessage)]
+    stop = await stop_of(turn.result, guard=guard, agent_id=started.task_id)
+    assert stop is not None and stop.reason is StopReason.MAX_STEPS
+    assert (turn.result.terminal_reason, turn.result.result) == ("completed", "done")
+    assert await stop_of(turn.result, guard=guard) is None

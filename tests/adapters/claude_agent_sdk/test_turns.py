@@ -9,7 +9,7 @@ from cas_parcels import REFUSAL, SEED_004, STOPPED, TRACK, TRACKED, allowed, cal
 from repeat_hooks_claude_agent_sdk import RepeatGuardHooks, read_state, stop_of
 from repeat_hooks_claude_agent_sdk.testing import FakeMessagesAPI, tool_results
 
-from repeat_hooks import StopReason
+from repeat_hooks import StopReason, TokenPrices
 
 
 async def test_seed_004_the_model_reads_each_refusal_and_the_caller_gets_the_stop(tmp_path: Path) -> None:
@@ -57,16 +57,16 @@ async def test_seed_004_the_model_reads_each_refusal_and_the_caller_gets_the_sto
 
 
 async def test_a_model_that_answers_keeps_its_answer(tmp_path: Path) -> None:
-    """Claude Code has no hook before a model call: the stop rules are checked when the model asks for a tool.
-    A response that answers ends the turn as the model wrote it, even past a budget. And the guard never
-    grants a call: a tool outside allowed_tools stays denied by Claude Code (dontAsk)."""
+    """The guard checks the stop rules once a response's calls have resolved, before the next model call. A response
+    that answers ends the turn as the model wrote it, even past a budget: $0.0003 a response at these prices, so the
+    answer takes the turn to $0.0006 of $0.0005, and stands. And the guard never grants a call: a tool outside
+    allowed_tools stays denied by Claude Code (dontAsk)."""
     parcels = carrier()
     model = scripted(
-        {"Where is FR-7731?": [call("track_parcel"), call("track_parcel")], "Order one": [call("place_order")]},
-        then="It is in Lyon.",
+        {"Where is FR-7731?": [call("track_parcel")], "Order one": [call("place_order")]}, then="It is in Lyon."
     )
-    guard = RepeatGuardHooks(max_model_calls=2)
-    with FakeMessagesAPI(model) as api:
+    guard = RepeatGuardHooks(max_cost_usd=0.0005, cost=TokenPrices(3, 15))
+    with FakeMessagesAPI(model, input_tokens=50, output_tokens=10) as api:
         answered, ordered = await converse(
             guard,
             api,
@@ -75,19 +75,20 @@ async def test_a_model_that_answers_keeps_its_answer(tmp_path: Path) -> None:
             mcp_servers={"parcels": parcels.server},
             allowed_tools=allowed("track_parcel"),
         )
-    assert len(api.model_requests()) == 3 + 2
+    assert len(api.model_requests()) == 2 + 2
     assert answered.result.result == "It is in Lyon." and answered.result.terminal_reason == "completed"
     assert await stop_of(answered.result, guard=guard) is None
-    assert parcels.count("track_parcel") == 2
+    assert parcels.count("track_parcel") == 1
     assert parcels.count("place_order") == 0
     assert len(ordered.seen) == 1 and not ordered.seen[0].startswith("Refused")
 
 
-async def test_a_stop_denies_the_calls_of_its_response_and_ends_the_turn(tmp_path: Path) -> None:
-    """The 3rd response asks for two calls past max_model_calls=2: neither runs, and no model call follows."""
+async def test_a_budget_ends_the_turn_before_the_model_call_it_forbids(tmp_path: Path) -> None:
+    """max_model_calls=2: the 2nd response asks for two calls, both run, and once they have resolved the turn ends
+    (PostToolBatch's continue: false): no 3rd model call, and the caller gets the stop message once, as the result."""
     parcels = carrier()
     both = [*call("track_parcel"), *call("parcel_history")]
-    model = scripted({"Check FR-7731": [call("track_parcel"), call("parcel_history"), both]})
+    model = scripted({"Check FR-7731": [call("track_parcel"), both, both]})
     guard = RepeatGuardHooks(max_model_calls=2)
     with FakeMessagesAPI(model) as api:
         (turn,) = await converse(
@@ -98,9 +99,12 @@ async def test_a_stop_denies_the_calls_of_its_response_and_ends_the_turn(tmp_pat
             mcp_servers={"parcels": parcels.server},
             allowed_tools=allowed("track_parcel", "parcel_history"),
         )
-    assert len(api.model_requests()) == 3
-    assert (parcels.count("track_parcel"), parcels.count("parcel_history")) == (1, 1)
+    assert len(api.model_requests()) == 2
+    assert (parcels.count("track_parcel"), parcels.count("parcel_history")) == (2, 1)
     stop = await stop_of(turn.result, guard=guard)
     assert stop is not None and stop.reason is StopReason.MAX_STEPS
     assert turn.result.result == stop.message and turn.result.terminal_reason == "hook_stopped"
-    assert turn.seen[:2] == [TRACKED, "FR-7731: 3 scans"] and turn.seen[2] == stop.message
+    assert turn.seen[0] == TRACKED and sorted(turn.seen[1:]) == ["FR-7731: 3 scans", TRACKED]  # no denied call
+    assert str(turn.messages).count(stop.message) == 1
+    state = await read_state(turn.result, guard=guard)
+    assert state is not None and state.turn.model_calls == 2

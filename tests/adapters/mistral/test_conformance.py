@@ -8,6 +8,7 @@ import pytest
 from repeat_hooks_mistral.testing import Driver
 
 from repeat_hooks.kit.conformance import (
+    FINAL,
     RETRIED,
     SCENARIOS,
     Scenario,
@@ -32,11 +33,14 @@ def test_conformance(scenario: Scenario) -> None:
 
 def test_unsupported_scenarios_are_the_sdk_s_own_limits() -> None:
     """rc11 refuses a response that uses one call id twice: the turn fails before any hook or tool runs. (It has no
-    construct that runs an agent again after its answer either: the loop scenarios.)"""
+    construct that runs an agent again after its answer either: the loop scenarios; and it answers a call of a tool
+    the agent lacks where no hook sees it: the next test.)"""
+    loops = {item.name for item in SCENARIOS if item.rounds > 1}
+    assert {"a_stop_ends_the_loop_around_the_agent", "the_loop_around_the_agent_runs_every_round"} <= loops
     assert set(Driver.UNSUPPORTED) == {
         "one_call_id_for_different_calls",
-        "a_stop_ends_the_loop_around_the_agent",
-        "the_loop_around_the_agent_runs_every_round",
+        "a_tool_the_agent_lacks_fails_like_any_other",
+        *loops,
     }
     duplicate = scenario("one_call_id_for_different_calls")
     box = ToolBox(duplicate)
@@ -44,6 +48,26 @@ def test_unsupported_scenarios_are_the_sdk_s_own_limits() -> None:
     with pytest.raises(RuntimeError, match="duplicate model tool call ID 'call_0'"):
         Driver().run(duplicate, box)
     assert box.runs == {"track_parcel": 0}
+
+
+UNSUPPORTED_TOOL = (
+    '{"result":{"type":"error","error":{"name":"InvalidToolCall","message":"unsupported top-level tool \\"hex\\""}}}'
+)
+"""What the model reads for a call of ``hex``: rc11's own error (its native core writes it)."""
+
+
+def test_a_tool_the_agent_lacks_is_answered_by_rc11_where_the_guard_never_sees_it() -> None:
+    """The model calls ``hex``, which the agent lacks, 8 times: rc11's native core answers every call with its
+    InvalidToolCall error, no hook sees one, so none is refused and the turn ends only when the model answers."""
+    lacking = scenario("a_tool_the_agent_lacks_fails_like_any_other")
+    box = ToolBox(lacking)
+
+    [outcome] = Driver().run(lacking, box)
+
+    assert outcome.seen == [UNSUPPORTED_TOOL] * 8, "the model reads rc11's error each time, never a refusal"
+    assert box.runs == {"track_parcel": 0}
+    assert outcome.stop is None and outcome.final == FINAL
+    assert outcome.model_calls == 9, "8 responses calling hex, then the answer: the guard ended nothing"
 
 
 def test_a_turn_retried_in_another_process_runs_no_write_again(tmp_path: Path) -> None:

@@ -88,6 +88,26 @@ async def test_a_failed_call_may_be_retried_when_failures_do_not_count(carrier: 
     assert result.text == "The carrier is down."
 
 
+async def test_calls_of_a_tool_the_agent_lacks_are_rc11_s_errors_that_no_limit_counts(
+    carrier: Any, agent_for: Any
+) -> None:
+    """rc11's native core answers a call of a tool the agent lacks (``hex``) with its own InvalidToolCall error,
+    before any hook: the guard counts none of them as failed calls, so neither the repeat limit nor
+    ``max_errors_in_a_row`` ends the turn; the model reads the error every time, until it answers."""
+    model = ScriptedModel.replies(*[ToolUse("hex", {"number": "255"})] * 6, "I cannot convert it.")
+    async with await agent_for(model, ErrorGuard()).create_session() as session:
+        result = await run_turn(session, "Convert 255 to hex.")
+        stop = await stop_of(session, guard=ErrorGuard)
+        state = await read_state(session, guard=ErrorGuard)
+
+    unsupported = '{"result":{"type":"error","error":{"name":"InvalidToolCall","message":"unsupported top-level tool'
+    assert tool_messages(model.requests[-1]) == [unsupported + ' \\"hex\\""}}}'] * 6
+    assert len(model.requests) == 7 and result.text == "I cannot convert it."
+    assert carrier.calls == [] and stop is None
+    assert state is not None, "the guard ran in the session"
+    assert (state.turn.counts, state.turn.errors_in_a_row, state.turn.refusals) == ({}, 0, 0), "it saw no tool call"
+
+
 # -- the store fails: the agent loop never crashes ---------------------------------------------------
 
 
@@ -197,6 +217,13 @@ def test_a_time_budget_is_refused_at_class_creation_since_rc11_records_no_latenc
 
         class Timed(RepeatGuardHook):
             policy = Policy(max_model_seconds=30)
+
+
+def test_the_same_answer_rule_is_refused_at_class_creation_since_each_turn_ends_at_its_answer() -> None:
+    with pytest.raises(GuardSetupError, match=r"max_same_answers=\.\.\.\) could never trip.*ends in CompletedTurn"):
+
+        class Answers(RepeatGuardHook):
+            policy = Policy(max_same_answers=3)
 
 
 def test_a_cost_budget_without_prices_is_refused_with_the_spelling_that_feeds_it() -> None:

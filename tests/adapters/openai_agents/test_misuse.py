@@ -84,6 +84,7 @@ def test_settings_are_a_policy_or_keywords(carrier: Any) -> None:
             r"max_model_seconds=.*guard_agent\(\.\.\., clock=repeat_hooks.kit.monotonic\)",
         ),
         ({"max_cost_usd": 0.5}, r"max_cost_usd=.*guard_agent\(\.\.\., cost=TokenPrices\("),
+        ({"max_same_answers": 3}, r"max_same_answers=.*cannot feed answers \(a text answer ends the run"),
     ],
 )
 def test_a_budget_without_what_feeds_it_is_refused_at_construction(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pai_parcels import Carrier
 from pydantic_ai import Agent
-from repeat_hooks_pydantic_ai import RepeatGuard, stop_of
+from repeat_hooks_pydantic_ai import GuardSetupError, RepeatGuard, stop_of
 from repeat_hooks_pydantic_ai.testing import ScriptedModel, keep_calling
 
 from repeat_hooks import Policy, StopReason, TokenPrices
@@ -77,6 +77,11 @@ def test_a_budget_nothing_feeds_fails_in_a_spec_too() -> None:
     spec = {"capabilities": [{"RepeatGuard": {"max_cost_usd": 0.5}}]}
     with pytest.raises(ValueError, match=r"max_cost_usd=\.\.\.\) could never trip.*cost=TokenPrices"):
         Agent.from_spec(spec, custom_capability_types=[RepeatGuard], model="test")
+
+
+def test_the_same_answer_rule_is_refused_since_each_run_ends_at_its_answer() -> None:
+    with pytest.raises(GuardSetupError, match=r"max_same_answers=\.\.\.\) could never trip.*first final result"):
+        RepeatGuard(max_same_answers=3)
 
 
 def test_without_custom_capability_types_pydantic_ai_says_so() -> None:

@@ -9,7 +9,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import claude_agent_sdk as sdk
 from claude_agent_sdk import ClaudeAgentOptions, HookJSONOutput, HookMatcher
@@ -17,10 +17,10 @@ from claude_agent_sdk.types import HookEvent
 
 import repeat_hooks
 from repeat_hooks import GuardState, MemoryStore, Policy, Refusal, RefusalKind, StateStore, Stop, ToolCall
-from repeat_hooks.kit import Clock, CostOf, Decided, Fail, FailureCheck, GuardCore, GuardStopped, OnStop, common
+from repeat_hooks.kit import FEEDS, Clock, CostOf, Decided, Fail, FailureCheck, GuardCore, GuardStopped, OnStop, common
 from repeat_hooks.stop_rules import Feed
 
-from .calls import allow, deny, result_view
+from .calls import allow, deny, note, result_view, warned
 from .state import session_key, stop_of
 from .stream import Flight, GuardedTransport
 
@@ -37,6 +37,12 @@ NO_CLOCK = (
     "Claude Code reports no model-call time to its hooks; bound a turn by its model calls (max_model_calls), "
     "Claude Code's own ClaudeAgentOptions(max_turns=...), or a timeout of your own around the query"
 )
+NO_ANSWERS = "a text answer ends the query, and each query is a turn (claude_agent_sdk/client.py receive_response)"
+"""Why ``max_same_answers`` cannot be fed: no two answers of the model ever come in one turn."""
+
+POST_TOOL_BATCH = cast(HookEvent, "PostToolBatch")
+"""Claude Code's hook after a response's calls have all resolved, before the next model call (CLI 2.1.332; the SDK
+0.2.189 types its output, ``PostToolBatchHookSpecificOutput``, but not the event in ``HookEvent``)."""
 
 GuardSetupError = repeat_hooks.GuardSetupError
 """A setup mistake: raised at construction, or out of the query when the CLI lists its tools."""
@@ -83,8 +89,11 @@ class RepeatGuardHooks:
         """Where each session's state lives (``state.session_key``)."""
         spend = "ClaudeAgentOptions(max_budget_usd=...)"
         how = {Feed.COST: f"RepeatGuardHooks(..., cost=TokenPrices(...)), or use Claude Code's own {spend}"}
-        why = {Feed.SECONDS: NO_CLOCK}
-        self.core = GuardCore(policy, settings, owner="RepeatGuardHooks", how=how, why=why, **common(locals()))
+        why = {Feed.SECONDS: NO_CLOCK, Feed.ANSWERS: NO_ANSWERS}
+        feeds = (*FEEDS, Feed.WARNINGS)  # a warning: PostToolUse's additionalContext, read after the call's result
+        self.core = GuardCore(
+            policy, settings, owner="RepeatGuardHooks", feeds=feeds, how=how, why=why, **common(locals())
+        )
         self.policy: Policy = self.core.policy
         self.flights: OrderedDict[str, Flight] = OrderedDict()  # see stream.Guarded
         self.results: OrderedDict[str, tuple[str, str | None]] = OrderedDict()
@@ -107,6 +116,7 @@ class RepeatGuardHooks:
             "PreToolUse": [HookMatcher(hooks=[self._hook(self.on_pre_tool_use)])],
             "PostToolUse": [HookMatcher(hooks=[self._hook(self.on_post_tool_use)])],
             "PostToolUseFailure": [HookMatcher(hooks=[self._hook(self.on_post_tool_use_failure)])],
+            POST_TOOL_BATCH: [HookMatcher(hooks=[self._hook(self.on_post_tool_batch)])],
         }
         for event, matchers in extra.items():
             ours[event] = [*ours.get(event, []), *matchers]
@@ -184,52 +194,124 @@ class RepeatGuardHooks:
         return deny(refusal.message, refusal.message if refusal.reason is RefusalKind.TURN_ENDED else None)
 
     async def on_post_tool_use(self, event: Mapping[str, Any]) -> HookJSONOutput:
-        """Fires after a tool ran and succeeded (unless ``is_failure`` of what the model reads says otherwise): its
-        outcome and result, recorded when the next model response comes. Returns ``{}``."""
-        await self._outcome(event, ok=True, result=result_view(event.get("tool_response")))
-        return allow()
+        """Fires after a tool ran and succeeded, before the model reads its result: its outcome (a failure if
+        ``is_failure`` of what the model reads says so) and result, recorded when its response's calls have all
+        resolved (``on_post_tool_batch``). Returns ``{}``; with ``Policy(warn=True)``, when the same call made next
+        would be refused, the warning as ``additionalContext``, which the model reads right after this result."""
+        note = await self._outcome(event, ok=True, result=result_view(event.get("tool_response")))
+        return warned("PostToolUse", note)
 
     async def on_post_tool_use_failure(self, event: Mapping[str, Any]) -> HookJSONOutput:
-        """Fires after a tool failed (it raised, or an MCP tool answered ``isError``): the failure and its error text,
-        recorded when the next model response comes. Returns ``{}`` (Claude Code ignores ``continue: false`` here)."""
-        await self._outcome(event, ok=False, result=event.get("error"))
-        return allow()
+        """Fires after a tool failed (it raised, or an MCP tool answered ``isError``), before the model reads its
+        error: the failure and its error text, recorded as ``on_post_tool_use`` records a success. Returns ``{}``, or
+        the warning as ``additionalContext`` (read right after the error); Claude Code ignores ``continue: false``
+        here."""
+        note = await self._outcome(event, ok=False, result=event.get("error"))
+        return warned("PostToolUseFailure", note)
+
+    async def on_post_tool_batch(self, event: Mapping[str, Any]) -> HookJSONOutput:
+        """Fires once every call of a model response has resolved, before the next model call. Claude Code answers a
+        call of a tool it does not have itself (``No such tool available: <name>``), with no ``PreToolUse`` and no
+        ``PostToolUseFailure``: such a call (one of the batch no ``PreToolUse`` claimed) is decided here as any call
+        is, and, if not refused, recorded as failed with the error text the model read. Then the response is over:
+        its calls' outcomes are recorded, and the response as a model call (with its cost), and the stop rules the
+        core checks before a model call decide the next one (``max_errors_in_a_row``, ``max_model_calls``,
+        ``max_cost_usd``). Returns ``{}``; for a refusal of such a call, its text as ``additionalContext`` (the model
+        reads it after Claude Code's error, in the batch's last tool result), and so for the warning of one that
+        failed (``Policy(warn=True)``: it has no ``PostToolUse`` to carry it); at a stop, ``continue_: False`` with the
+        stop message as ``stopReason``: the turn ends here, with no further model call
+        (``terminal_reason="hook_stopped"``; Claude Code puts the reason in the conversation itself)."""
+        main = self.flights.get(str(event["session_id"]))
+        if main is None or main.broken is not None:
+            text = NO_TRANSPORT if main is None else f"repeat-hooks: {main.broken}"
+            logger.error("repeat_hooks_claude_agent_sdk: %s", text)
+            return note(text, text)
+        key, turn_id, flight = self._agent_of(event, main)
+        notes: list[str] = []
+        failed: list[ToolCall] = []
+        ends: str | None = None
+        async with flight.lock:
+            if flight.stop is not None:  # ended at a call of this response already
+                return note(None, flight.stop.message)
+            for called in event.get("tool_calls") or []:
+                name, tool_use_id, arguments = _called(called)
+                entry = await flight.unhooked(name, tool_use_id, arguments, wait=0.0 if flight is main else STREAM_WAIT)
+                if entry is None:
+                    continue
+                refusal, stop = await self._decide(key, turn_id, flight, entry)
+                if refusal is not None:
+                    notes.append(refusal.message)
+                    ends = refusal.message if refusal.reason is RefusalKind.TURN_ENDED else None
+                elif stop is None:  # it ran as far as Claude Code runs it: it failed, with the error text
+                    entry.settled = True
+                    flight.pending.append((entry.call, False, called.get("tool_response")))
+                    failed.append(entry.call)
+                if stop is not None:
+                    ends = stop.message
+                if ends is not None:
+                    break
+            if ends is None and flight.current is not None and flight.recorded != flight.current:
+                stop, warnings = await self._end_response(key, turn_id, flight, failed)
+                notes += warnings
+                ends = None if stop is None else stop.message
+        return note("\n\n".join(notes) or None, ends)
+
+    async def _end_response(
+        self, key: str, turn_id: str | None, flight: Flight, warn: list[ToolCall]
+    ) -> tuple[Stop | None, list[str]]:
+        """The current response's calls have all resolved (its ``PostToolBatch``): record it (its calls' outcomes, the
+        calls let through that did not run, the model call with its cost), then decide the next model call. Returns
+        the stop, if any, and, if none, the warnings of the calls of ``warn`` (``Policy.warning``, once recorded)."""
+        response, outcomes, unran = flight.current, flight.pending, self._unran(flight, flight.current)
+        flight.pending, flight.recorded = [], response
+        for entry in unran:
+            entry.settled = True  # an outcome coming after all is recorded on its own
+        calls = [entry.call for entry in unran]
+
+        def end(state: GuardState) -> tuple[Stop | None, list[str]]:
+            stop = self._record_response(state, flight, response, outcomes, calls, turn_id)
+            if stop is not None:
+                return stop, []
+            return None, [text for text in (self.core.policy.warning(state, call) for call in warn) if text]
+
+        # A store outage here decides nothing: each next call's PreToolUse meets it, and ``fail`` decides there.
+        nothing: tuple[Stop | None, list[str]] = (None, [])
+        stop, warnings = await self.core.update(key, end, outage=nothing)
+        flight.stop = stop
+        return stop, warnings
 
     async def _decide(
         self, key: str, turn_id: str | None, flight: Flight, entry: Decided | ToolCall
     ) -> tuple[Refusal | None, Stop | None]:
-        """Decide a streamed call (``entry``); at a new response, first record the previous one (its calls' outcomes;
-        a model call, with its cost) and check the stop rules (Claude Code has no hook before a model call). A refusal
-        that reaches ``max_refusals`` ends the turn there, its response counted as a model call first."""
+        """Decide a streamed call (``entry``). At a new response whose previous one was not recorded at its end (the
+        turn's first response; one after a batch Claude Code fired no ``PostToolBatch`` for), first record that one
+        and check the stop rules the core checks before a model call. A refusal that reaches ``max_refusals`` ends
+        the turn there, its response counted as a model call first."""
         policy, previous, outcomes = self.core.policy, flight.current, flight.pending
         call, new = (entry.call, entry.tag != previous) if isinstance(entry, Decided) else (entry, False)
-        unran = [e.call for e in flight.batch.calls if e.tag == previous and e.claimed and not (e.settled or e.refusal)]
+        # The previous response not recorded at its PostToolBatch (the turn's first response has none before it; a
+        # deferred call's batch fires none): recorded now, and the stop rules checked, before this call is decided.
+        closes = new and (previous is None or previous != flight.recorded)
+        unran = [e.call for e in self._unran(flight, previous)] if closes else []
         if isinstance(entry, Decided) and new:
             flight.pending = []
             flight.next_response(entry.tag)
 
-        def cost(response: str | None) -> float:
-            usage = flight.usage.get(response or "")
-            return self.core.cost_of(usage) if usage is not None else 0.0
-
         def decide(state: GuardState) -> tuple[Refusal | None, Stop | None]:
-            if new:
-                for done, ok, result in outcomes:
-                    policy.record_tool_result(state, done, ok=ok, result=result, turn_id=turn_id)
-                for skipped in unran:  # let through, but Claude Code's permissions (or your hook) did not run it
-                    policy.record_rejection(state, skipped, turn_id=turn_id)
-                if previous is not None:
-                    policy.record_model_call(state, cost_usd=cost(previous), turn_id=turn_id)
-                stop = policy.decide_model_call(state, turn_id=turn_id)
+            if closes:
+                stop = self._record_response(state, flight, previous, outcomes, unran, turn_id)
                 if stop is not None:
                     return None, stop
+            elif new:  # outcomes that came after their response was recorded
+                for done, ok, result in outcomes:
+                    policy.record_tool_result(state, done, ok=ok, result=result, turn_id=turn_id)
             refusal = policy.decide_tool_call(state, call, turn_id=turn_id)
             limit = policy.max_refusals
             if refusal is None or refusal.reason is RefusalKind.TURN_ENDED or limit is None:
                 return refusal, None
             if state.turn.refused_responses < max(1, limit):
                 return refusal, None
-            policy.record_model_call(state, cost_usd=cost(flight.current), turn_id=turn_id)
+            policy.record_model_call(state, cost_usd=self._cost(flight, flight.current), turn_id=turn_id)
             return refusal, policy.decide_model_call(state, turn_id=turn_id)
 
         outage: tuple[Refusal | None, Stop | None] = (self.core.refused, None)
@@ -239,23 +321,81 @@ class RepeatGuardHooks:
         flight.stop = stop
         return refusal, stop
 
-    async def _outcome(self, event: Mapping[str, Any], *, ok: bool, result: Any) -> None:
+    def _record_response(
+        self,
+        state: GuardState,
+        flight: Flight,
+        response: str | None,
+        outcomes: list[tuple[ToolCall, bool, Any]],
+        unran: list[ToolCall],
+        turn_id: str | None,
+    ) -> Stop | None:
+        """In ``state``: the end of ``response`` (``None``: the turn's first model call is next), its calls'
+        ``outcomes`` and the calls let through that did not run (Claude Code's permissions, or your hook, stopped
+        them), the model call with its cost; then the next model call decided (``None`` lets it happen)."""
+        policy = self.core.policy
+        for done, ok, result in outcomes:
+            policy.record_tool_result(state, done, ok=ok, result=result, turn_id=turn_id)
+        for skipped in unran:
+            policy.record_rejection(state, skipped, turn_id=turn_id)
+        if response is not None:
+            policy.record_model_call(state, cost_usd=self._cost(flight, response), turn_id=turn_id)
+        return policy.decide_model_call(state, turn_id=turn_id)
+
+    def _cost(self, flight: Flight, response: str | None) -> float:
+        """The cost of ``response``'s usage as the transport noted it (0 without a ``cost``, or no usage)."""
+        usage = flight.usage.get(response or "")
+        return self.core.cost_of(usage) if usage is not None else 0.0
+
+    @staticmethod
+    def _unran(flight: Flight, response: str | None) -> list[Decided]:
+        """The calls of ``response`` let through that have no outcome: Claude Code did not run them."""
+        return [e for e in flight.batch.calls if e.tag == response and e.claimed and not (e.settled or e.refusal)]
+
+    async def _outcome(self, event: Mapping[str, Any], *, ok: bool, result: Any) -> str | None:
+        """A call's outcome, kept for the end of its response (recorded at once for a call the stream did not show);
+        the warning for its result (``Policy.warning``), if any."""
         main = self.flights.get(str(event["session_id"]))
         if main is None:
-            return
+            return None
         key, turn_id, flight = self._agent_of(event, main)
         name, tool_use_id, arguments = _called(event)
+        policy = self.core.policy
         ok = self.core.ok(ok, result)
         entry = flight.batch.settle(name, tool_use_id, arguments)
         if entry is not None:
             flight.pending.append((entry.call, ok, result))
-            return
+            return await self._warning(key, turn_id, entry.call, list(flight.pending)) if policy.warn else None
         call = flight.call(name, tool_use_id, arguments)
-        await self.core.update(
-            key,
-            lambda state: self.core.policy.record_tool_result(state, call, ok=ok, result=result, turn_id=turn_id),
-            outage=None,
-        )
+
+        def record(state: GuardState) -> str | None:
+            policy.record_tool_result(state, call, ok=ok, result=result, turn_id=turn_id)
+            return policy.warning(state, call)  # None without warn=True
+
+        return await self.core.update(key, record, outage=None)
+
+    async def _warning(
+        self, key: str, turn_id: str | None, call: ToolCall, outcomes: list[tuple[ToolCall, bool, Any]]
+    ) -> str | None:
+        """``Policy.warning`` for ``call``'s result, asked of the state as it will be once its response is recorded: a
+        copy of the stored state (``load``), with the response's outcomes so far recorded in it. Nothing is written:
+        the outcomes are recorded at the end of the response, so that none restarts a sibling's count. ``None``
+        when the state cannot be read (logged; a warning decides nothing)."""
+        try:
+            state = await self.store.load(key)
+        except GuardSetupError:
+            raise
+        except Exception as error:
+            logger.warning("repeat_hooks_claude_agent_sdk: no warning for %s: %s: %s", key, type(error).__name__, error)
+            return None
+        if state is None:
+            return None
+        if not isinstance(self.store, MemoryStore):  # a store of your own may hand over what it keeps
+            state = state.model_copy(deep=True)
+        policy = self.core.policy
+        for done, ok, result in outcomes:
+            policy.record_tool_result(state, done, ok=ok, result=result, turn_id=turn_id)
+        return policy.warning(state, call)
 
     def _agent_of(self, event: Mapping[str, Any], main: Flight) -> tuple[str, str | None, Flight]:
         """Whose call a tool hook is about: the store key, turn id and flight of the session's main agent, or of the

@@ -64,8 +64,12 @@ class Flight:
     """The ``tool_use`` blocks streamed and not yet answered, and the current response's; ``tag``: its id."""
     current: str | None = None
     """The response whose calls the guard decides now."""
+    recorded: str | None = None
+    """The last response recorded when its calls had all resolved (its ``PostToolBatch``), the next model call decided
+    there; a response it fired none for is recorded when the next one comes."""
     pending: list[tuple[ToolCall, bool, Any]] = field(default_factory=list)
-    """The current response's outcomes, recorded when the next response comes: none restarts a sibling's count."""
+    """The current response's outcomes, recorded at its end (its ``PostToolBatch``): none restarts a sibling's
+    count."""
     usage: dict[str, dict[str, Any]] = field(default_factory=dict)  # each response's so far, by its id
     stop: Stop | None = None
     """The guard's stop of this turn: every later call is denied with it, and it is the result's text."""
@@ -89,7 +93,7 @@ class Flight:
 
     def start(self, turn_id: str | None, key: str) -> None:
         """A new user prompt: forget the previous turn's calls, outcomes, usage and stop."""
-        self.turn_id, self.key, self.current, self.stop = turn_id, key, None, None
+        self.turn_id, self.key, self.current, self.recorded, self.stop = turn_id, key, None, None, None
         self.batch.clear()
         self.pending.clear()
         self.usage.clear()
@@ -119,6 +123,15 @@ class Flight:
         if entry is None and wait:
             logger.warning("repeat_hooks_claude_agent_sdk: a sub-agent's call %s never streamed", tool_use_id)
         return entry
+
+    async def unhooked(self, name: str, tool_use_id: str, arguments: Any, *, wait: float) -> Decided | None:
+        """The streamed call a ``PostToolBatch`` names if no ``PreToolUse`` claimed it (Claude Code answered it
+        itself: a tool it does not have), taken once; waiting up to ``wait`` seconds for its block to stream (a
+        sub-agent's may come late). ``None`` if a ``PreToolUse`` claimed it, or it never streamed."""
+        with anyio.move_on_after(wait):
+            while wait and self.batch.find(name, tool_use_id, arguments) is None:
+                await self.streamed.wait()
+        return self.batch.claim(name, tool_use_id, arguments)
 
     def next_response(self, response: str) -> None:
         """``response`` is now the current one: drop the answered calls of earlier ones."""

@@ -42,6 +42,7 @@ from claude_agent_sdk import (
     AgentDefinition,
     AssistantMessage,
     ClaudeAgentOptions,
+    ClaudeSDKClient,
     PermissionResultAllow,
     PermissionResultDeny,
     ResultMessage,
@@ -360,13 +361,14 @@ UNSUPPORTED: dict[str, str] = dict.fromkeys(
 )
 """Kit scenarios this SDK cannot express, and why."""
 
-STOP_LAG: dict[StopReason, int] = {StopReason.TOO_MANY_ERRORS: 1, StopReason.MAX_STEPS: 1, StopReason.COST: 1}
-"""``check(..., stop_lag=STOP_LAG)``, per stop reason: Claude Code has no hook before a model call, so a stop
-rule that trips between two responses lands at the next response's first ``PreToolUse``: the model is called
-once more, and its calls are denied with the stop. So do the budgets (model calls, cost: moved by a model
-call) and ``max_errors_in_a_row`` (moved by a failure, but Claude Code 2.1.332 ignores ``continue: false``
-from ``PostToolUseFailure``, measured). ``max_refusals`` is moved by a refusal, and the turn ends at the
-refusal that reaches it (``continue_: False`` with its ``PreToolUse`` deny): no lag (``guard`` module)."""
+STOP_LAG: dict[StopReason, int] = {}
+"""``check(..., stop_lag=STOP_LAG)``: no lag. Claude Code fires ``PostToolBatch`` once a response's calls have all
+resolved, before the next model call, and ends the turn there at ``continue: false`` (CLI 2.1.332, measured:
+``terminal_reason="hook_stopped"``, no further model call): the guard records the response there and checks the
+rules that trip between responses (the budgets, ``max_errors_in_a_row``), so their stop lands before the model call
+they forbid. ``max_refusals`` is moved by a refusal, and the turn ends at the refusal that reaches it
+(``continue_: False`` with its ``PreToolUse`` deny, or with the ``PostToolBatch`` note of a refused call of a tool the
+agent lacks)."""
 
 
 class Driver:
@@ -378,7 +380,11 @@ class Driver:
     answering the scenario's script in order (``repeat_hooks.kit.conformance.Cursor``: the driver starts each turn).
     The guard is ``RepeatGuardHooks(claude_policy(scenario), **options)``; one ``ClaudeSDKClient`` (one
     session, one CLI) runs every turn. What the model saw is read from the tool results in the messages the
-    SDK yields (their text as ``calls.result_text`` gives it); the final text is the ``ResultMessage``'s
+    SDK yields (their text as ``calls.result_text`` gives it), each with the note a ``PostToolUse`` (or
+    ``PostToolUseFailure``) hook added to it after its text if any (``call_notes``: the guard's warning), then the
+    ``PostToolBatch`` note Claude Code appended to it if any (``batch_notes``: the guard's refusal of a call of a
+    tool the agent lacks, which the model reads after Claude Code's error), both from the session's transcript,
+    where Claude Code keeps what it adds for the model to read; the final text is the ``ResultMessage``'s
     ``result``; the stop through ``stop_of``. A tool that needs approval is left out of ``allowed_tools``
     (``permission_mode="default"``), so Claude Code asks the SDK's ``can_use_tool``, which puts the call to
     ``ToolBox.ask``. Branches are sub-agents (``Agent``, one per branch, all in the main agent's first
@@ -503,25 +509,7 @@ class Driver:
                         cursor.start_turn(number)
                     orchestrated[0] = 0
                     await client.query(turn.message)
-                    seen: list[str] = []
-                    kit_calls: set[str] = set()
-                    result: ResultMessage | None = None
-                    async for message in client.receive_response():
-                        if isinstance(message, AssistantMessage):
-                            kit_calls |= {
-                                block.id
-                                for block in message.content
-                                if isinstance(block, ToolUseBlock) and block.name.startswith(claude_name(""))
-                            }
-                        elif isinstance(message, UserMessage) and isinstance(message.content, list):
-                            seen += [
-                                result_text(block.content)
-                                for block in message.content
-                                if isinstance(block, ToolResultBlock) and block.tool_use_id in kit_calls
-                            ]
-                        elif isinstance(message, ResultMessage):
-                            result = message
-                    assert result is not None, "the CLI ended the turn without a result"
+                    result, seen = await _received(client, folder)
                     final = result.result or ""
                     outcomes.append(
                         TurnOutcome(
@@ -533,6 +521,91 @@ class Driver:
                         )
                     )
         return outcomes
+
+
+async def _received(client: ClaudeSDKClient, home: str | Path) -> tuple[ResultMessage, list[str]]:
+    """One turn's ``ResultMessage`` and what the model was handed for its kit calls (``TurnOutcome.seen``): each
+    tool result the SDK yields, as ``calls.result_text`` gives it, with the note of the ``PostToolUse`` hook after
+    its text (``call_notes``: the model reads it in that very result), then any ``PostToolBatch`` note Claude Code
+    appended to it (``batch_notes``)."""
+    results: list[tuple[str | None, list[tuple[str, str]]]] = []  # each tool-result message: its uuid, its kit calls
+    kit_calls: set[str] = set()
+    result: ResultMessage | None = None
+    async for message in client.receive_response():
+        if isinstance(message, AssistantMessage):
+            kit_calls |= {
+                block.id
+                for block in message.content
+                if isinstance(block, ToolUseBlock) and block.name.startswith(claude_name(""))
+            }
+        elif isinstance(message, UserMessage) and isinstance(message.content, list):
+            texts = [
+                (block.tool_use_id, result_text(block.content))
+                for block in message.content
+                if isinstance(block, ToolResultBlock) and block.tool_use_id in kit_calls
+            ]
+            results.append((message.uuid, texts))
+        elif isinstance(message, ResultMessage):
+            result = message
+    assert result is not None, "the CLI ended the turn without a result"
+    notes, warnings = batch_notes(home, result.session_id), call_notes(home, result.session_id)
+    seen = [
+        text
+        for uuid, texts in results
+        for text in [*(_noted(text, warnings.get(call, [])) for call, text in texts), *notes.get(uuid or "", [])]
+    ]
+    return result, seen
+
+
+def _noted(text: str, notes: Sequence[str]) -> str:
+    """A result's ``text`` with each of ``notes`` after it (``kit.noted``), as the model reads them: Claude Code's
+    ``<system-reminder>`` framing left out, as ``calls.result_text`` leaves out the framing of a refusal."""
+    for note in notes:
+        text = kit.noted(text, note)
+    return text
+
+
+def call_notes(home: str | Path, session_id: str) -> dict[str, list[str]]:
+    """What ``PostToolUse`` and ``PostToolUseFailure`` hooks added for the model to read in session ``session_id``
+    (its transcript under ``offline_options``' ``home``, a sub-agent's too), by the ``tool_use_id`` of the call whose
+    result it was added to.
+
+    Claude Code 2.1.332 does not stream it either: it keeps it in the transcript as a ``hook_additional_context``
+    attachment naming the call (``toolUseID``), and appends it to that call's own tool result when it calls the model,
+    after the result's text (``<system-reminder>PostToolUse:<tool> hook additional context: ...``)."""
+    notes: dict[str, list[str]] = {}
+    for attachment in _attachments(home, session_id):
+        if attachment.get("hookEvent") in ("PostToolUse", "PostToolUseFailure"):
+            notes.setdefault(str(attachment.get("toolUseID")), []).extend(str(text) for text in attachment["content"])
+    return notes
+
+
+def _attachments(home: str | Path, session_id: str) -> list[dict[str, Any]]:
+    """The ``hook_additional_context`` attachments of session ``session_id``'s transcripts (a sub-agent's too), each
+    with its entry's ``parentUuid``."""
+    projects = Path(home) / "claude" / "projects"
+    found: list[dict[str, Any]] = []
+    for path in [*projects.glob(f"*/{session_id}.jsonl"), *projects.glob(f"*/{session_id}/subagents/*.jsonl")]:
+        for line in path.read_text().splitlines():
+            entry = json.loads(line) if line.strip() else {}
+            attachment = entry.get("attachment") or {}
+            if attachment.get("type") == "hook_additional_context":
+                found.append({**attachment, "parentUuid": entry.get("parentUuid")})
+    return found
+
+
+def batch_notes(home: str | Path, session_id: str) -> dict[str, list[str]]:
+    """What ``PostToolBatch`` hooks added for the model to read in session ``session_id`` (its transcript under
+    ``offline_options``' ``home``, a sub-agent's too), by the ``uuid`` of the tool-result message it was appended to.
+
+    Claude Code 2.1.332 does not stream it: it keeps it in the transcript as a ``hook_additional_context``
+    attachment (its parent the batch's last tool-result message, the ``UserMessage.uuid`` the SDK yields), and
+    appends it to that message's last tool result when it calls the model."""
+    notes: dict[str, list[str]] = {}
+    for attachment in _attachments(home, session_id):
+        if attachment.get("hookEvent") == "PostToolBatch":
+            notes.setdefault(str(attachment["parentUuid"]), []).extend(str(text) for text in attachment["content"])
+    return notes
 
 
 BRANCH = "Do kit branch "

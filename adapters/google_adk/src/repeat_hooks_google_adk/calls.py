@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from google.adk.models.llm_response import LlmResponse
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.transfer_to_agent_tool import TransferToAgentTool
 from google.genai import types
@@ -15,6 +16,12 @@ from repeat_hooks import Refusal, ToolCall, kit
 REFLECT_AND_RETRY = "ERROR_HANDLED_BY_REFLECT_AND_RETRY_PLUGIN"
 """The ``response_type`` of ``ReflectAndRetryToolPlugin``'s answer to a failed call: a failure."""
 _MCP_META = frozenset({"meta", "_meta"})
+FEEDS = (*kit.FEEDS, kit.Feed.ANSWERS, kit.Feed.WARNINGS)
+"""What the plugin feeds the guard: every call's outcome, every model call, its text answers; and it hands the
+model the guard's notes (``NOTE_KEY``)."""
+NOTE_KEY = "repeat_hooks_note"
+"""The key of a function response under which the model reads the guard's note (``Policy(warn=True)``); what the
+guard records is the response without it."""
 
 
 def mcp_annotations(tool: BaseTool | None) -> object:
@@ -80,3 +87,15 @@ def refusal_of(tool_response: Any) -> Refusal | None:
     """The guard's ``Refusal`` if ``tool_response`` (what an ``after_tool_callback`` receives) is its answer to a
     refused call, else ``None`` (the tool ran, or another callback answered)."""
     return tool_response.refusal if isinstance(tool_response, Refused) else None
+
+
+def answer_of(response: LlmResponse) -> str | None:
+    """A model response's text answer (its text parts, thoughts left out), for ``max_same_answers``; ``None`` when it
+    calls a function (something happens) or holds no content."""
+    content = response.content
+    if content is None or content.parts is None:
+        return None
+    parts = content.parts
+    if any(part.function_call is not None for part in parts):
+        return None
+    return "".join(part.text for part in parts if part.text and not part.thought)

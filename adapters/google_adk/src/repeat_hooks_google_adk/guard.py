@@ -31,7 +31,7 @@ from repeat_hooks import GuardSetupError, GuardState, Policy, StateCorrupt, Stop
 from repeat_hooks.kit import Batch, GuardCore, GuardStopped, ParsedStates, Stopwatch, common, monotonic
 from repeat_hooks.result import error_text
 
-from .calls import Refused, failed, model_view, tool_call
+from .calls import FEEDS, NOTE_KEY, Refused, answer_of, failed, function_response, model_view, tool_call
 from .state import SCOPE_SEPARATOR, STATE_KEY, STOP_METADATA, SessionSlot, conversation_key, stop_metadata
 
 if TYPE_CHECKING:
@@ -116,7 +116,9 @@ class RepeatGuardPlugin(BasePlugin):
         **settings: Any,
     ) -> None:
         super().__init__(name=name)
-        self.core = GuardCore(policy, settings, owner=_OWNER, keywords=("state_key", "name"), **common(locals()))
+        self.core = GuardCore(
+            policy, settings, owner=_OWNER, keywords=("state_key", "name"), feeds=FEEDS, **common(locals())
+        )
         self.policy: Policy = self.core.policy
         if ":" not in state_key or state_key.startswith("temp:") or SCOPE_SEPARATOR in state_key or "#" in state_key:
             raise GuardSetupError(
@@ -288,13 +290,19 @@ class RepeatGuardPlugin(BasePlugin):
         self, *, callback_context: CallbackContext, llm_response: LlmResponse
     ) -> LlmResponse | None:
         """Fires after each model response (partial chunks skipped): records the call, its seconds and its cost, for
-        the policy's budgets. Returns ``None``."""
+        the policy's budgets, and its text when it calls no function, for ``max_same_answers``. Returns ``None``."""
         if llm_response.partial or not self.core.records_model_calls:
             return None
         context, usage = callback_context._invocation_context, llm_response.usage_metadata
         watch = self._agent(context.invocation_id, callback_context.agent_name, context.branch).watch
         root, cost = self._root(context), self.core.cost_of(usage) if usage is not None else 0.0
-        record = partial(self.policy.record_model_call, seconds=watch.seconds(), cost_usd=cost, turn_id=root.turn_id)
+        record = partial(
+            self.policy.record_model_call,
+            seconds=watch.seconds(),
+            cost_usd=cost,
+            answer=answer_of(llm_response),
+            turn_id=root.turn_id,
+        )
         await self._update(root.key, callback_context.session, callback_context, record, None)
         return None
 
@@ -383,12 +391,16 @@ class RepeatGuardPlugin(BasePlugin):
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext, result: dict[str, Any]
     ) -> dict[str, Any] | None:
         """Fires after each tool call (refused ones too): records the outcome with what the model reads of the
-        result; a call that asked for confirmation did not run. Returns ``None``."""
+        result; a call that asked for confirmation did not run. Returns ``None``, or with ``warn=True`` the result
+        with the guard's note for the model under ``NOTE_KEY``."""
         if tool_context.function_call_id in tool_context.actions.requested_tool_confirmations:
             await self._record(tool, tool_args, tool_context, None, None)  # asking is not running: settled only
         elif self.core.records_outcomes:
             view = model_view(result, tool)
-            await self._record(tool, tool_args, tool_context, self.core.ok(not failed(result, tool), view), view)
+            ok = self.core.ok(not failed(result, tool), view)
+            note = await self._record(tool, tool_args, tool_context, ok, view)
+            if note is not None:
+                return {**function_response(result), NOTE_KEY: note}
         return None
 
     @_in_scope
@@ -401,18 +413,25 @@ class RepeatGuardPlugin(BasePlugin):
             await self._record(tool, tool_args, tool_context, False, error_text(error))
         return None
 
-    async def _record(self, tool: BaseTool, args: Any, tool_context: ToolContext, ok: bool | None, result: Any) -> None:
+    async def _record(
+        self, tool: BaseTool, args: Any, tool_context: ToolContext, ok: bool | None, result: Any
+    ) -> str | None:
         """The outcome of a call this plugin let through (``ok=None``: none, the call is only settled), once: not a
         refused call, not one another plugin answered first, not twice when ADK runs the after callbacks on an
-        error an error callback answered."""
+        error an error callback answered. Returns the guard's note for the model (``Policy.warning``), if any."""
         context = tool_context._invocation_context
         batch = self._agent(context.invocation_id, tool_context.agent_name, context.branch).batch
         entry = batch.settle(tool.name, tool_context.function_call_id, args, given=tool_context)
         if entry is None or entry.refusal is not None or ok is None or not self.core.records_outcomes:
-            return
+            return None
         scope: Scope = entry.tag
-        change = partial(self.policy.record_tool_result, call=entry.call, ok=ok, result=result, turn_id=scope.turn_id)
-        await self._update(scope.key, context.session, tool_context, change, None)
+        call = entry.call
+
+        def change(state: GuardState) -> str | None:
+            self.policy.record_tool_result(state, call, ok=ok, result=result, turn_id=scope.turn_id)
+            return self.policy.warning(state, call)
+
+        return await self._update(scope.key, context.session, tool_context, change, None)
 
 
 def stop_response(stop: Stop) -> LlmResponse:

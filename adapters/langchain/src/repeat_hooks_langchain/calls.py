@@ -14,7 +14,13 @@ from langchain_core.messages.tool import invalid_tool_call
 from langchain_core.tools import BaseTool
 
 from repeat_hooks import RefusalKind, ToolCall
-from repeat_hooks.kit import hints, tool_call
+from repeat_hooks.kit import FEEDS as _FEEDS
+from repeat_hooks.kit import Feed, hints, tool_call, unnoted
+from repeat_hooks.kit import noted as kit_noted
+
+FEEDS = (*_FEEDS, Feed.ANSWERS, Feed.WARNINGS)
+"""What the middleware feeds the guard: each call's outcome, each model call, its text answers; and it hands the
+model the guard's notes (``noted``)."""
 
 ByTool = Mapping[str, Mapping[str, bool]]
 """``kit.hints`` of a response's tools, by tool name (``{"read_only": True}``): its ``ToolCall`` keywords."""
@@ -124,8 +130,21 @@ def model_view(message: ToolMessage) -> Any:
     ``artifact``. Values are left as Python values: the core makes them comparable."""
     content = message.content
     if isinstance(content, str):
-        return content
-    return [{k: v for k, v in block.items() if k != "id"} if isinstance(block, dict) else block for block in content]
+        return unnoted(content)
+    blocks = [{k: v for k, v in block.items() if k != "id"} if isinstance(block, dict) else block for block in content]
+    last = blocks[-1] if blocks else None
+    if isinstance(last, dict) and last.get("type") == "text" and unnoted("\n\n" + str(last.get("text"))) == "":
+        blocks.pop()  # the guard's own note (``noted``), not the tool's
+    return blocks
+
+
+def noted(message: ToolMessage, note: str) -> ToolMessage:
+    """``message`` (a result the model is about to read) with the guard's ``note`` after its content; the same id,
+    so the agent state's messages reducer replaces it in place."""
+    content = message.content
+    if isinstance(content, str):
+        return message.model_copy(update={"content": kit_noted(content, note)})
+    return message.model_copy(update={"content": [*content, {"type": "text", "text": note}]})
 
 
 def refuse(result: Sequence[BaseMessage], message: AIMessage, refused: Mapping[int, str]) -> list[BaseMessage]:

@@ -16,7 +16,7 @@ from langchain.agents.middleware import (
     ToolCallRequest,
     hook_config,
 )
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.config import get_config
 from langgraph.errors import GraphInterrupt
 from langgraph.runtime import Runtime
@@ -84,7 +84,7 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         **settings: Any,
     ) -> None:
         super().__init__()
-        self.core = kit.GuardCore(policy, settings, owner=OWNER, **kit.common(locals()))
+        self.core = kit.GuardCore(policy, settings, owner=OWNER, feeds=calls.FEEDS, **kit.common(locals()))
         self.policy = self.core.policy
         """The rules, shared by every thread (settings only; the counts are in each thread's state)."""
         self._parsed = kit.ParsedStates()
@@ -169,21 +169,24 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
     def _start(self, state: Mapping[str, Any], runtime: Runtime[Any]) -> Steps[dict[str, Any]]:
         _check_after_agent_order(self.name)
         info = getattr(runtime, "execution_info", None)
-        turn_id = getattr(info, "run_id", None) or self.core.turn_id(getattr(info, "task_id", None))
+        turn_id = getattr(info, "run_id", None) or self.core.turn_id(_asked(state) or getattr(info, "task_id", None))
         update: dict[str, Any] = {STOP_KEY: None}
         yield self._where(state, update), lambda guard: self.policy.start_turn(guard, turn_id=turn_id), None
         return update
 
     def _before_model(self, state: Mapping[str, Any]) -> Steps[dict[str, Any] | None]:
         known = calls.saved_hints(state.get(HINTS_KEY))
+        notes: list[ToolMessage] = []
 
         def change(guard: GuardState) -> Any:
-            self._record_outcomes(guard, state.get("messages", ()), state.get(UNDECIDED_KEY) or (), known)
+            notes[:] = self._record_outcomes(guard, state.get("messages", ()), state.get(UNDECIDED_KEY) or (), known)
             return self.policy.decide_model_call(guard)
 
         update: dict[str, Any] = {}
         stop = yield self._where(state, update), change, self.core.ended
         if stop is None:
+            if notes:  # the results the model is about to read, with the guard's note (replaced by their ids)
+                update["messages"] = list(notes)
             return update or None
         error = self.core.stopped(stop, RepeatGuardStopped)
         if error is not None:
@@ -211,9 +214,10 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         skipped = {n for n, call in enumerate(asked) if call.get("id") and call["id"] in answered}
         batch = [n for n in range(len(asked)) if n not in skipped]
         decided = [calls.guard_call(asked[n], known) for n in batch]
+        answer = messages[-1].text if messages and not asked else None  # a text answer, for max_same_answers
 
         def change(guard: GuardState) -> Any:
-            self.policy.record_model_call(guard, seconds=seconds, cost_usd=cost)
+            self.policy.record_model_call(guard, seconds=seconds, cost_usd=cost, answer=answer)
             return self.policy.decide_tool_calls(guard, decided) if asked else []
 
         update: dict[str, Any] = {}
@@ -262,13 +266,14 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
 
     def _record_outcomes(
         self, guard: GuardState, messages: Sequence[Any], undecided: Sequence[int], known: calls.ByTool
-    ) -> None:
+    ) -> list[ToolMessage]:
         """Record each call of the last batch as it ran and as the model read it. A call a reviewer rejected did
         not run (``record_rejection``); one a reviewer edited is rejected too, and what ran decided afresh, as the
-        tool node decided it."""
+        tool node decided it. Returns the results that get the guard's note (``warn=True``), with it."""
         message, answers = calls.last_batch(messages)
+        notes: list[ToolMessage] = []
         if message is None:
-            return
+            return notes
         made, policy = message.tool_calls, self.policy
         for answer, position in zip(answers, calls.answered_positions(made, answers), strict=True):
             if position is None or position in undecided:
@@ -288,6 +293,10 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
                 continue
             ok = self.core.ok(calls.succeeded(answer), view := calls.model_view(answer))
             policy.record_tool_result(guard, call, ok=ok, result=view, delivery_id=answer.id or None)
+            note = policy.warning(guard, call) if answer.id else None
+            if note is not None:
+                notes.append(calls.noted(answer, note))
+        return notes
 
     def _where(self, state: Mapping[str, Any], update: dict[str, Any] | None) -> str | GraphSlot:
         """The conversation's store key, else its graph state (written into ``update``)."""
@@ -387,3 +396,12 @@ def _check_after_agent_order(own: str) -> None:
         f"RepeatGuardMiddleware after {'it' if one else 'them'}: create_agent(..., middleware=[{listed}, "
         "RepeatGuardMiddleware(...)])"
     )
+
+
+def _asked(state: Mapping[str, Any]) -> str | None:
+    """The id of the user message the agent answers (the last ``HumanMessage``): a graph that runs the agent again
+    on the same message (a loop around its node) goes on with the same turn; ``None`` without one."""
+    for message in reversed(state.get("messages") or ()):
+        if isinstance(message, HumanMessage):
+            return message.id or None
+    return None

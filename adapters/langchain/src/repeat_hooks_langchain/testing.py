@@ -225,7 +225,7 @@ class Driver:
             model,
             tools=[kit_tool(box, tool) for tool in scenario.tools],
             middleware=middleware,
-            checkpointer=InMemorySaver() if scenario.rounds == 1 else None,
+            checkpointer=InMemorySaver() if scenario.rounds == 1 else True,  # a node's own state, kept across runs
         )
         ran = [0]
         if scenario.rounds > 1:

@@ -1,9 +1,11 @@
 """What rc11 hands a hook, as the core counts it: the tool call (a ``ToolCall``, with no hints: rc11 has none), its
 outcome and its result as the model reads it, the agent's tool names, and the delivery id that makes a hook call
-Temporal delivers twice count once. The SDK facts behind each: README, "How it maps to rc11"."""
+Temporal delivers twice count once; and a result with the guard's note after it (``noted``). The SDK facts behind
+each: README, "How it maps to rc11"."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -12,7 +14,15 @@ from mistralai.vibe.harness.runtime.content import to_model_json_text
 from temporalio import activity
 
 from repeat_hooks import ToolCall
+from repeat_hooks.kit import FEEDS as KIT_FEEDS
+from repeat_hooks.kit import Feed
 from repeat_hooks.kit import tool_call as kit_tool_call
+
+FEEDS = (*KIT_FEEDS, Feed.WARNINGS)
+"""What the guard feeds the core: each call's outcome, each model call, and the model the guard's notes
+(``post_tool_call`` returns the result it is handed with the note after it: ``noted``)."""
+Result = protocol.ToolSuccessResult | protocol.ToolFailureResult
+"""A tool's result, as rc11 hands it to ``post_tool_call``."""
 
 USER_TOOL_GROUP = "client"
 """The group rc11 gives the tools passed to ``agents.Harness(tools=...)``: they keep their bare name."""
@@ -66,6 +76,40 @@ def model_view(result: protocol.ToolSuccessResult | protocol.ToolFailureResult) 
             failure["output"] = result.structured_content
         return {"result": failure}
     return "" if result.structured_content is None else result.structured_content
+
+
+def rendered(result: Result) -> str:
+    """The tool message rc11 writes for a result with no content blocks: a success's ``structured_content`` (a
+    string as it is, ``""`` for none, else compact JSON), a failure's ``{"result": {"type": "error", "error":
+    {...}, "output": ...}}`` in compact JSON (rc11's native core writes both, in no Python file;
+    ``tests/adapters/mistral/test_warnings.py`` holds this to rc11's own text)."""
+    if isinstance(result, protocol.ToolFailureResult):
+        error = result.error
+        failure: dict[str, Any] = {
+            "type": "error",
+            "error": {"name": error.code, "message": error.message, "details": error.details},
+        }
+        if result.structured_content is not None:
+            failure["output"] = result.structured_content
+        return _compact({"result": failure})
+    structured = result.structured_content
+    if structured is None or isinstance(structured, str):
+        return structured or ""
+    return _compact(structured)
+
+
+def noted(result: Result, note: str) -> Result:
+    """``result`` with the guard's ``note`` as a text block after its content: rc11 writes the tool message from
+    the content blocks joined by newlines, so the model reads the result, then the note. A result with no blocks
+    gets its own message (``rendered``) as the first one, so what the model reads of the result stays the same."""
+    blocks: list[protocol.ContentBlock] = list(result.content)
+    if not blocks and (text := rendered(result)):
+        blocks.append(protocol.TextContentBlock(text=text))
+    return result.model_copy(update={"content": [*blocks, protocol.TextContentBlock(text=note)]})
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def agent_of(harness: Any) -> tuple[object, tuple[str, ...] | None]:

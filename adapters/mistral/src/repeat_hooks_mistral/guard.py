@@ -22,7 +22,7 @@ from mistralai.vibe_agents.sdk.transport.results import RunResult, run_one_turn
 from repeat_hooks import GuardSetupError, GuardState, Policy, StateStore, Stop, kit
 
 from . import settings
-from .calls import agent_of, delivery_id, model_view, succeeded, tool_call
+from .calls import agent_of, delivery_id, model_view, noted, succeeded, tool_call
 
 logger = logging.getLogger("repeat_hooks_mistral")
 
@@ -101,17 +101,21 @@ class RepeatGuardHook(agents.Hook, metaclass=settings.GuardClass):
         self, ctx: HookContext, result: rc11.PostToolCallHookInvocation
     ) -> rc11.PostToolCallHookContinue:
         """Fires after a tool ran (not a refused one): records its outcome and its result as the model reads it.
-        Returns ``PostToolCallHookContinue`` with the result unchanged."""
+        Returns ``PostToolCallHookContinue`` with the result unchanged, or, with ``Policy(warn=True)`` when the same
+        call made next would be refused (``Policy.warning``), with the guard's note as a text block after its
+        content: rc11 hands the model the result this hook returns. What is recorded is the tool's own result."""
         guard = type(self)
         core, delivery, tool = guard.core, delivery_id(), tool_call(result.tool_call)
         view = model_view(result.tool_result)
         ok = core.ok(succeeded(result.tool_result), view)
 
-        def record(state: GuardState, turn: str | None) -> None:
+        def record(state: GuardState, turn: str | None) -> str | None:
             core.policy.record_tool_result(state, tool, ok=ok, result=view, turn_id=turn, delivery_id=delivery)
+            return core.policy.warning(state, tool)
 
-        await guard._update(ctx, record, outage=None)
-        return rc11.PostToolCallHookContinue(tool_result=result.tool_result)
+        note = await guard._update(ctx, record, outage=None)
+        returned = result.tool_result if note is None else noted(result.tool_result, note)
+        return rc11.PostToolCallHookContinue(tool_result=returned)
 
     async def pre_llm_call(
         self, ctx: HookContext, invocation: rc11.PreLlmCallHookInvocation

@@ -17,6 +17,7 @@ from repeat_hooks import GuardSetupError, Policy, StateStore, TokenPrices
 from repeat_hooks.kit import GuardCore
 from repeat_hooks.stop_rules import Feed, HookPoint
 
+from .calls import FEEDS
 from .state import ClassStore
 
 CORE = ("store", "cost", "is_failure", "check_tools", "on_stop", "fail")
@@ -30,11 +31,16 @@ HOOK_POINTS = ("pre_tool_call", "post_tool_call", "pre_llm_call", "post_llm_call
 """The rc11 hook points the guard implements, named as the core's ``HookPoint`` (no ``pre_agent_turn``: every
 hook call carries ``ctx.session.turn_id``)."""
 NO_LATENCY = "rc11 records no model latency: post_llm_call carries token usage only"
+NO_ANSWERS = (
+    "a turn ends in CompletedTurn with the model's answer (vibe/harness/core/protocol.py:310), so no answer repeats "
+    "within one"
+)
 
 
 def hook_points(policy: Policy) -> dict[str, bool]:
-    """Which rc11 hook points ``policy`` needs (``Policy.hook_points``): a class offers rc11 only these."""
-    needed = policy.hook_points()
+    """Which rc11 hook points ``policy`` needs (``Policy.hook_points``; ``post_tool_call`` too for ``warn=True``,
+    whose note goes with the result that hook returns): a class offers rc11 only these."""
+    needed = policy.hook_points() | ({HookPoint.POST_TOOL_CALL} if Feed.WARNINGS in policy.feeds() else set())
     return {point: HookPoint(point) in needed for point in HOOK_POINTS}
 
 
@@ -154,7 +160,8 @@ def configure(guard: Any) -> None:
             owner=name,
             **{key: getattr(guard, key) for key in CORE},
             clock=guard.clock,
-            why={Feed.SECONDS: NO_LATENCY},
+            feeds=FEEDS,
+            why={Feed.SECONDS: NO_LATENCY, Feed.ANSWERS: NO_ANSWERS},
             how={Feed.COST: f"class {name}(RepeatGuardHook): cost = TokenPrices(...)"},
             spelling=f"class {name}(RepeatGuardHook): policy = Policy(...)",
         )

@@ -215,6 +215,19 @@ class Driver:
             "RuntimeError('duplicate model tool call ID ...') from the completion aggregator "
             "(vibe/harness/runtime/completion/aggregation.py:12); the turn fails and no tool runs"
         ),
+        "a_tool_the_agent_lacks_fails_like_any_other": (
+            "rc11's native core answers a top-level call of a name it does not offer the model itself, with "
+            '{"result":{"type":"error","error":{"name":"InvalidToolCall","message":"unsupported top-level tool '
+            '\\"hex\\""}}} (the text is in vibe/harness/core/_native.abi3.so, in no Python file): no pre_tool_call '
+            "or post_tool_call runs, and session.state.history (made of the tool_result_committed observations, "
+            "vibe/harness/runtime/session/events/production.py:35) holds no entry for it. Only post_llm_call sees "
+            "the call, in its candidate (vibe/harness/runtime/capabilities/models.py:82), and it can neither tell "
+            "which names the core offers top-level (built in the native core: with default builtins not even the "
+            "agent's own tools) nor answer one call: Accept lets the core's error through (models.py:94), Retry "
+            "drops the whole response from the conversation and sends its text as a user message (models.py:95), "
+            "Reject ends the turn with no text (models.py:96). So the guard counts none of them, and the turn goes "
+            "on until the model answers or max_iterations"
+        ),
         **dict.fromkeys(
             [item.name for item in SCENARIOS if item.rounds > 1],
             "rc11 has no construct that runs an agent again after its answer: agents.Agent takes no loop, and a "

@@ -13,26 +13,40 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 import agents
-from agents import Agent, AgentHooks, FunctionTool, FunctionToolResult, RunContextWrapper, ToolsToFinalOutputResult
+from agents import (
+    Agent,
+    AgentHooks,
+    FunctionTool,
+    FunctionToolResult,
+    ItemHelpers,
+    RunContextWrapper,
+    ToolOutputText,
+    ToolsToFinalOutputResult,
+)
 from agents.agent_output import AgentOutputSchemaBase
 from agents.run_internal.turn_resolution import check_for_final_output_from_tools
+from agents.tool import _is_programmatic_tool_call
 from agents.tool_context import ToolContext
+from agents.tool_guardrails import RejectContentBehavior
 from agents.tracing import get_current_trace
 from pydantic import TypeAdapter
 
 import repeat_hooks
 from repeat_hooks import GuardEvent, GuardState, Policy, Refusal, StateStore, Stop, ToolCall
 from repeat_hooks.kit import (
+    FEEDS,
     Clock,
     CostOf,
     Fail,
     FailureCheck,
+    Feed,
     GuardCore,
     GuardStopped,
     OnStop,
     Slot,
     Stopwatch,
     common,
+    noted,
     tool_call,
 )
 from repeat_hooks.kit.clock import monotonic
@@ -87,6 +101,13 @@ NO_CONVERSATION = (
 )
 
 
+NO_ANSWERS = (
+    "a text answer ends the run (agents/run.py:1351, the first NextStepFinalOutput), and each run is a turn, so no "
+    "answer repeats within one"
+)
+"""Why ``max_same_answers`` can never trip here."""
+
+
 def guard_agent(
     agent: Agent[TContext],
     policy: Policy | None = None,
@@ -113,7 +134,18 @@ def guard_agent(
     policy naming a tool no guardrail sees (a hosted, shell, apply_patch, computer or custom tool).
     """
     spelling = "guard_agent(agent, Policy(...))"
-    core = GuardCore(policy, settings, owner=_OWNER, spelling=spelling, error=GuardSetupError, **common(locals()))
+    feeds = (*FEEDS, Feed.WARNINGS)  # RecordOutcome hands the model warn=True's note with the result
+    why = {Feed.ANSWERS: NO_ANSWERS}
+    core = GuardCore(
+        policy,
+        settings,
+        owner=_OWNER,
+        spelling=spelling,
+        error=GuardSetupError,
+        feeds=feeds,
+        why=why,
+        **common(locals()),
+    )
     guarding = _Guarding(RepeatGuardHooks(core, name=agent.name))
     guarded = guarding.agent(agent)
     _check_reach(core.policy, [clone for _, clone in guarding.done.values()])
@@ -354,22 +386,74 @@ class RefuseRepeats(_Guardrail):
 
 
 class RecordOutcome(_Guardrail):
-    """The output guardrail (when the policy needs outcomes): fires after a guarded tool ran; records whether it
-    failed (the SDK's error text, or ``is_failure`` of what the model reads) and what the model reads."""
+    """The output guardrail (when the policy needs outcomes, warnings included): fires after a guarded tool ran,
+    before the SDK builds the output the model reads; records whether it failed (the SDK's error text, or
+    ``is_failure`` of what the model reads) and what the model reads of the tool's own output, and asks, in the
+    same update, for the policy's note (``Policy.warning``). ``output_schema``: the tool's ``output_json_schema``."""
+
+    def __init__(
+        self,
+        guard: RepeatGuardHooks | None,
+        server: Any = None,
+        output_type: TypeAdapter[Any] | None = None,
+        output_schema: dict[str, Any] | None = None,
+    ):
+        super().__init__(guard, server, output_type)
+        self.output_schema = output_schema
 
     async def __call__(self, data: agents.ToolOutputGuardrailData) -> agents.ToolGuardrailFunctionOutput:
-        """Record the call's outcome; returns "allow"."""
+        """Record the call's outcome; returns "allow" (the model reads the tool's output), or, with a note for the
+        model, ``reject_content`` of the tool's output as the model reads it with the note after it (the one way a
+        tool guardrail changes the output: the SDK hands the model that message as the call's output, builds the
+        tool's output item, its ``FunctionToolResult`` and ``on_tool_end`` from it, and runs no later guardrail);
+        its ``output_info`` is the note. The tool's own output is what is recorded, and what ``tool_use_behavior``
+        gets (``EndTurn``)."""
         found, context = self._run(data), data.context
-        if found is not None and found[0].core.records_outcomes:
-            (guard, run), core = found, found[0].core
-            entry = run.batch.settle(context.tool_name, context.tool_call_id or None, context.tool_arguments)
-            call = entry.call if entry is not None else self._call(context)
-            view = model_view(data.output, self.output_type)
-            ok = core.ok(not is_sdk_error(data.output), view)
-            await guard._update(
-                run, data.agent.name, core.policy.record_tool_result, call, ok=ok, result=view, outage=None
-            )
-        return agents.ToolGuardrailFunctionOutput.allow()
+        if found is None:
+            return agents.ToolGuardrailFunctionOutput.allow()
+        (guard, run), core = found, found[0].core
+        if not core.records_outcomes:
+            return agents.ToolGuardrailFunctionOutput.allow()
+        policy = core.policy
+        entry = run.batch.settle(context.tool_name, context.tool_call_id or None, context.tool_arguments)
+        call = entry.call if entry is not None else self._call(context)
+        view = model_view(data.output, self.output_type)
+        ok = core.ok(not is_sdk_error(data.output), view)
+
+        def record(state: GuardState, *, turn_id: str) -> str | None:
+            policy.record_tool_result(state, call, ok=ok, result=view, turn_id=turn_id)
+            return policy.warning(state, call)  # None without warn=True
+
+        note = await guard._update(run, data.agent.name, record, outage=None)
+        message = None if note is None else self._noted(context, data.output, note)
+        if message is None:
+            return agents.ToolGuardrailFunctionOutput.allow()
+        if context.tool_call_id:
+            run.own[context.tool_call_id] = data.output
+        behavior = RejectContentBehavior(type="reject_content", message=message)
+        return agents.ToolGuardrailFunctionOutput(output_info=note, behavior=behavior)
+
+    def _noted(self, context: ToolContext[Any], output: Any, note: str) -> Any:
+        """The tool's ``output`` as the model reads it, with ``note`` after it: the text the SDK would send
+        (``ItemHelpers.tool_call_output_item``, with the tool's output type or schema) and the note, or a structured
+        output (images, files) with the note as one more text part. ``None`` where no model reads it (a hosted
+        program's call) or where the SDK rejects the output (it then fails the run as it would without the note)."""
+        tool_call = context.tool_call
+        if tool_call is None or _is_programmatic_tool_call(tool_call):
+            return None
+        if is_sdk_error(output):  # the SDK builds its own error text's item without the output schema
+            read: Any = output
+        else:
+            try:
+                read = ItemHelpers.tool_call_output_item(
+                    tool_call, output, output_json_schema=self.output_schema, output_type_adapter=self.output_type
+                )["output"]
+            except Exception:  # the SDK raises its own error for this output, after this guardrail
+                return None
+        if isinstance(read, str):
+            return noted(read, note)
+        parts = list(output) if isinstance(output, list | tuple) else [output]
+        return [*parts, ToolOutputText(text=note)]
 
 
 def is_ours(guardrail: object) -> bool:
@@ -382,8 +466,10 @@ def is_ours(guardrail: object) -> bool:
 
 class EndTurn:
     """A guarded agent's ``tool_use_behavior``: fires after each batch of function tools. Your behaviour
-    (``original``) first; then a stop ends the run, no model call more: ``final_output = stop.message``, or
-    ``RepeatGuardStopped`` when ``raises``. A call a human rejected is withdrawn first (it counts as rejected)."""
+    (``original``) first, given each tool's own output (a result that got the guard's note for the model has it
+    taken off again: a ``"stop_on_first_tool"`` final output is the tool's); then a stop ends the run, no model call
+    more: ``final_output = stop.message``, or ``RepeatGuardStopped`` when ``raises``. A call a human rejected is
+    withdrawn first (it counts as rejected)."""
 
     def __init__(self, original: Any, guard: RepeatGuardHooks, *, raises: bool = False, agent_name: str | None = None):
         self.original: Any = original.original if isinstance(original, EndTurn) else original
@@ -396,6 +482,7 @@ class EndTurn:
         """Whether the batch ends the run (see the class)."""
         guard = self.guard
         run = guard._run(context, resumed=any(_decided(context, result) is not None for result in results))
+        results = [_own(run, result) for result in results]
         rejected = [_rejected(run, result) for result in results if _decided(context, result) is False]
         decided = await self._original_decision(context, results, run)
         if decided.is_final_output and not rejected:
@@ -431,6 +518,14 @@ class EndTurn:
             ran = [result for result in results if _call_id(result) not in refused]
         behaviour: Any = types.SimpleNamespace(tool_use_behavior=self.original)  # all the SDK reads of the agent
         return await check_for_final_output_from_tools(behaviour, ran, context)
+
+
+def _own(run: Run, result: FunctionToolResult) -> FunctionToolResult:
+    """``result`` with the tool's own output, where ``RecordOutcome`` handed the model its output with a note."""
+    call_id = _call_id(result)
+    if call_id is None or call_id not in run.own:
+        return result
+    return dataclasses.replace(result, output=run.own.pop(call_id))
 
 
 def _call_id(result: FunctionToolResult) -> str | None:
@@ -521,7 +616,8 @@ class _Guarding:
         outputs = [g for g in tool.tool_output_guardrails or [] if not is_ours(g)]
         inputs.append(agents.ToolInputGuardrail(RefuseRepeats(guard), name=_IN))
         if guard.core.records_outcomes:
-            outcome = RecordOutcome(guard, output_type=tool._output_type_adapter)  # tool.py:543, for output_type=
+            adapter, schema = tool._output_type_adapter, tool.output_json_schema  # tool.py:543, for output_type=
+            outcome = RecordOutcome(guard, output_type=adapter, output_schema=schema)
             outputs.append(agents.ToolOutputGuardrail(outcome, name=_OUT))
         asks = tool.needs_approval if tool.needs_approval is False else AskUnlessRefused(tool.needs_approval, guard)
         return dataclasses.replace(

@@ -101,7 +101,9 @@ def next_turn(state: GuardState) -> str:
 class Run:
     """What the guard keeps of one run (``Runner.run``, its handoffs and resumes here): ``where`` its state is, the
     ids the caller named, whether it ``resumed`` (carries on the state's turn), its turn once entered, its latest
-    response's ``batch``, its calls by id (``invoked``), its stopwatch, ``stop``, and setup ``error``."""
+    response's ``batch``, its calls by id (``invoked``), its stopwatch, ``stop``, setup ``error``, and the tool's own
+    output of each call whose output got the guard's note (``own``, by call id, until ``tool_use_behavior`` takes
+    it)."""
 
     where: str | Slot
     conversation_id: str | None
@@ -113,6 +115,7 @@ class Run:
     watch: Stopwatch | None = None
     stop: Stop | None = None
     error: Exception | None = None
+    own: dict[str, Any] = field(default_factory=dict)
 
 
 Runs = Beside[Run]

@@ -263,6 +263,15 @@ UNSUPPORTED: dict[str, str] = {
         "turn by design (test_agent_as_tool), so branches never count apart; agents run apart are the caller's "
         "asyncio.gather of Runner.run, one turn each"
     ),
+    "a_tool_the_agent_lacks_fails_like_any_other": (
+        "openai-agents 0.24 fails the run at the first call of a tool the agent lacks: ModelBehaviorError('Tool hex "
+        "not found in agent kit'), agents/run_internal/turn_resolution.py:3845-3848 (RunConfig."
+        "tool_not_found_behavior='raise_error', run_config.py:498): no loop to guard. With 'return_error_to_model' "
+        "(:3836-3843) the SDK answers such a call itself after the function tools, no tool guardrail or hook firing "
+        "for it (:1101-1108): its outcome shows only to a RunConfig.tool_error_formatter, and a response of such "
+        "calls only asks no tool_use_behavior (:782-783), so no hook could end that turn with the stop's text; the "
+        "guard leaves that opt-in mode to max_turns (test_a_tool_the_agent_lacks.py)"
+    ),
     **dict.fromkeys(
         [item.name for item in kit.SCENARIOS if item.rounds > 1],
         "openai-agents 0.24 has no construct that runs an agent again after its final output: Runner.run ends at "

@@ -1,5 +1,6 @@
 """pydantic-ai's calls and results in the core's terms: a ``ToolCallPart`` as a ``ToolCall`` with its MCP hints,
-a tool's return (or failure) as the model reads it, the names of the tools an agent registered."""
+a tool's return (or failure) as the model reads it, the names of the tools an agent registered, the calls
+pydantic-ai answered before any tool hook saw them."""
 
 from __future__ import annotations
 
@@ -9,16 +10,43 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_ai import toolsets
 from pydantic_ai.exceptions import ModelRetry, ToolFailed, ToolFailedError, ToolRetryError
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextContent, ToolCallPart, ToolReturn, ToolReturnPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextContent,
+    ToolCallPart,
+    ToolReturn,
+    ToolReturnPart,
+)
+from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.tools import ToolDefinition
 
 from repeat_hooks import ToolCall
+from repeat_hooks.kit import FEEDS as KIT_FEEDS
+from repeat_hooks.kit import Feed
 from repeat_hooks.kit import tool_call as kit_tool_call
 from repeat_hooks.result import error_text
 
+FEEDS = (*KIT_FEEDS, Feed.WARNINGS)
+"""What the guard feeds the core: each call's outcome, each model call, and the model the guard's notes (a
+return in the request being sent, rewritten by ``before_model_request``: ``state.noted_part``)."""
+
 DECIDED_KINDS = frozenset({"function", "unapproved"})
-"""The tool kinds whose calls the guard decides: ones the agent runs, with or without a person's approval."""
+"""The tool kinds whose calls the guard decides: ones the agent runs, with or without a person's approval (and
+calls of a tool the agent lacks: ``decided_calls``)."""
+REJECTED_UNSEEN = frozenset({"unknown_tool", "unavailable_tool"})
+"""The ``RetryInfo.cause`` of a retried return pydantic-ai writes for a call it rejects while resolving the tool
+(``ToolManager._resolve_tool``), before any tool hook runs: a name the agent lacks, a tool not revealed yet."""
 Tools = Callable[[str], "ToolDefinition | None"]
+"""A tool's definition by the name the model calls it, ``None`` for a name the agent has no tool by."""
+
+
+def tools_of(parameters: ModelRequestParameters) -> dict[str, ToolDefinition]:
+    """The tools a model request offers, function and output ones, by name: the step's ``ToolManager.tool_defs``
+    (``_agent_graph._prepare_request_parameters`` splits them), so a name not here is one pydantic-ai answers with
+    its unknown-tool retry."""
+    return {tool.name: tool for tool in (*parameters.function_tools, *parameters.output_tools)}
 
 
 def annotations_of(tool_def: ToolDefinition | None) -> object:
@@ -86,12 +114,37 @@ def registered(toolset: toolsets.AbstractToolset[Any]) -> set[str]:
 
 
 def decided_calls(response: ModelResponse, tools: Tools) -> list[ToolCall]:
-    """The calls of ``response`` the guard decides (of tools the agent runs: ``DECIDED_KINDS``)."""
+    """The calls of ``response`` the guard decides: of tools the agent runs (``DECIDED_KINDS``), and of names it has
+    no tool by (``tools`` gives ``None``), which pydantic-ai answers with an unknown-tool retry, a failed call."""
     return [
         tool_call(part, tool)
         for part in response.tool_calls
-        if (tool := tools(part.tool_name)) and tool.kind in DECIDED_KINDS
+        if (tool := tools(part.tool_name)) is None or tool.kind in DECIDED_KINDS
     ]
+
+
+def rejected_unseen(messages: Sequence[ModelMessage]) -> list[tuple[ToolReturnPart, ToolCallPart | None]]:
+    """The returns of the history's last request that pydantic-ai wrote for calls no tool hook saw (a retried
+    return whose cause is in ``REJECTED_UNSEEN``), each with the call it answers in the last response, if found."""
+    request = messages[-1] if messages else None
+    if not isinstance(request, ModelRequest):
+        return []
+    found = [
+        part
+        for part in request.parts
+        if isinstance(part, ToolReturnPart)
+        and part.outcome == "retried"
+        and part.retry is not None
+        and part.retry.cause in REJECTED_UNSEEN
+    ]
+    response = next((m for m in reversed(messages) if isinstance(m, ModelResponse)), None) if found else None
+    calls = response.tool_calls if response is not None else []
+
+    def asked_by(part: ToolReturnPart) -> ToolCallPart | None:
+        same = (c for c in calls if c.tool_name == part.tool_name and c.tool_call_id == part.tool_call_id)
+        return next(same, None)
+
+    return [(part, asked_by(part)) for part in found]
 
 
 def denied(messages: Sequence[ModelMessage], tools: Tools) -> list[ToolCall]:

@@ -14,7 +14,7 @@ from pydantic_ai import capabilities as caps
 from pydantic_ai import exceptions as errors
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.durable_exec import conversation_id_from_run_id
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
 from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
 from pydantic_ai.output import OutputContext
 from pydantic_ai.run import AgentRunResult
@@ -25,8 +25,10 @@ from repeat_hooks import GuardState, Policy, Refusal, StateStore, Stop, TokenPri
 from repeat_hooks.kit import (
     Clock,
     CostOf,
+    Decided,
     Fail,
     FailureCheck,
+    Feed,
     GuardCore,
     GuardStopped,
     OnStop,
@@ -35,10 +37,39 @@ from repeat_hooks.kit import (
     monotonic,
 )
 
-from .calls import asked, decided_calls, denied, failure_view, model_view, registered, tool_call
-from .state import Run, as_return, last_turn, mark_edited, rebuild, stamp, stop_of, stop_response
+from .calls import (
+    FEEDS,
+    Tools,
+    asked,
+    decided_calls,
+    denied,
+    failure_view,
+    model_view,
+    registered,
+    rejected_unseen,
+    tool_call,
+    tools_of,
+)
+from .state import (
+    Run,
+    answered,
+    as_return,
+    last_turn,
+    mark_edited,
+    noted_part,
+    rebuild,
+    refused_part,
+    stamp,
+    stop_of,
+    stop_response,
+)
 
 OWNER = "RepeatGuard"
+NO_ANSWERS = (
+    "a run ends at its first final result (End, pydantic_ai/_agent_graph.py:4302), and each run is a turn, so no "
+    "answer repeats within one"
+)
+"""Why ``max_same_answers`` can never trip here."""
 NO_CONVERSATION = (
     "RepeatGuard(store=...) keeps each conversation's counts under its conversation id, and this run names none: "
     "pass agent.run(..., conversation_id=...) (a run given its message_history= inherits it), or run it inside "
@@ -65,6 +96,17 @@ class RepeatGuardStopped(GuardStopped, errors.AgentRunError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.stop, self.messages)
+
+
+def answer_with(
+    ctx: RunContext[Any], request_context: ModelRequestContext, part: ToolReturnPart, new: ToolReturnPart
+) -> None:
+    """Put ``new`` in place of ``part`` in the request being sent, in the run's history (what later requests and
+    ``all_messages()`` hold) and in this request's own copy of the messages."""
+    for messages in (ctx.messages, request_context.messages):
+        request = messages[-1] if messages else None
+        if isinstance(request, ModelRequest) and any(p is part for p in request.parts):
+            request.parts = [new if p is part else p for p in request.parts]
 
 
 def accepts_text(parameters: ModelRequestParameters) -> bool:
@@ -101,7 +143,16 @@ class RepeatGuard(AbstractCapability[Any]):
         if on_stop == "output":
             warnings.warn('RepeatGuard(on_stop="output") is deprecated: use on_stop="reply"', DeprecationWarning, 2)
         given = {**common(locals()), "on_stop": "reply" if on_stop == "output" else on_stop}
-        self.core = GuardCore(policy, settings, owner=OWNER, keywords=("id",), error=GuardSetupError, **given)
+        self.core = GuardCore(
+            policy,
+            settings,
+            owner=OWNER,
+            feeds=FEEDS,
+            why={Feed.ANSWERS: NO_ANSWERS},
+            keywords=("id",),
+            error=GuardSetupError,
+            **given,
+        )
         self.id = id
         self._run: Run | None = None
 
@@ -196,24 +247,49 @@ class RepeatGuard(AbstractCapability[Any]):
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         """Fires before each model request: checks the tool names (a turn's first), records denied calls as
-        rejected; returns ``request_context``, or ends the run (``SkipModelRequest``, ``RepeatGuardStopped``)."""
+        rejected, and the calls pydantic-ai answered before any tool hook (a tool the agent lacks) as failed, its
+        retry text the result; one the guard refused reaches the model as its refusal instead. With
+        ``Policy(warn=True)``, a return whose call made next would be refused (``Policy.warning``, asked once every
+        outcome of the response is recorded) reaches the model with the guard's note after it, in the history too
+        (``noted_part``). Returns ``request_context``, or ends the run (``SkipModelRequest``,
+        ``RepeatGuardStopped``)."""
         run = self._active()
         parameters = request_context.model_request_parameters
-        tools = {tool.name: tool for tool in parameters.function_tools}
+        tools = tools_of(parameters)
         where = self._where(ctx, tools.get)
         if run.fresh:
             run.fresh = False
             self.core.check_tool_names(
-                set(tools) | (registered(ctx.tool_manager.toolset) if ctx.tool_manager else set())
+                {tool.name for tool in parameters.function_tools}
+                | (registered(ctx.tool_manager.toolset) if ctx.tool_manager else set())
             )
         rejected, turn_id = denied(ctx.messages, tools.get), run.turn_id
+        unseen = self._unseen(ctx, tools.get)
+        returns = answered(ctx.messages, tools.get) if self.policy.warn else []
 
-        def change(state: GuardState) -> Stop | None:
+        def change(state: GuardState) -> tuple[Stop | None, list[Refusal | None], list[str | None]]:
             for call in rejected:
                 self.policy.record_rejection(state, call, turn_id=turn_id)
-            return self.policy.decide_model_call(state, turn_id=turn_id)
+            refusals: list[Refusal | None] = []
+            for part, call, entry in unseen:  # decided with its batch, else alone (a store's resumed turn)
+                refusal = self.policy.decide_tool_call(state, call, turn_id=turn_id) if entry is None else entry.refusal
+                if refusal is None:
+                    self.policy.record_tool_result(state, call, ok=False, result=part.content, turn_id=turn_id)
+                refusals.append(refusal)
+            stop = self.policy.decide_model_call(state, turn_id=turn_id)
+            refused = {id(part) for (part, _, _), refusal in zip(unseen, refusals, strict=True) if refusal is not None}
+            notes = [None if id(part) in refused else self.policy.warning(state, call) for part, call in returns]
+            return stop, refusals, notes
 
-        stop = await self.core.update(where, change, outage=self.core.ended)
+        outage = [self.core.refused if entry is None else entry.refusal for _, _, entry in unseen]
+        unnoted: list[str | None] = []  # the state could not be reached: no note
+        stop, refusals, notes = await self.core.update(where, change, outage=(self.core.ended, outage, unnoted))
+        for (part, _, _), refusal in zip(unseen, refusals, strict=True):
+            if refusal is not None:
+                answer_with(ctx, request_context, part, refused_part(part, refusal))
+        for (part, _), note in zip(returns, notes, strict=False):
+            if note is not None:
+                answer_with(ctx, request_context, part, noted_part(part, note))
         if stop is None:
             run.watch.start()
             return request_context
@@ -225,12 +301,12 @@ class RepeatGuard(AbstractCapability[Any]):
     async def after_model_request(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
     ) -> ModelResponse:
-        """Fires after each model attempt: records it, decides the response's calls as one batch (written before
-        any runs). Returns ``response`` stamped with its turn's id."""
+        """Fires after each model attempt: records it, decides the response's calls (a name the agent has no tool by
+        included) as one batch, written before any runs. Returns ``response`` stamped with its turn's id."""
         run = self._active()
         if run.stop is not None:
             return response
-        tools = {tool.name: tool for tool in request_context.model_request_parameters.function_tools}
+        tools = tools_of(request_context.model_request_parameters)
         calls = decided_calls(response, tools.get)
         seconds, cost, turn_id = run.watch.seconds(), self.core.cost_of(response.usage), run.turn_id
 
@@ -318,6 +394,22 @@ class RepeatGuard(AbstractCapability[Any]):
             raise RepeatGuardStopped(stop, ctx.messages)
         return output
 
+    def _unseen(self, ctx: RunContext[Any], tools: Tools) -> list[tuple[ToolReturnPart, ToolCall, Decided | None]]:
+        """The calls pydantic-ai answered in the request being sent before any tool hook saw them (``rejected_unseen``),
+        each with its batch decision (``None``: its batch is not in this run), taken once."""
+        run = self._active()
+        unseen: list[tuple[ToolReturnPart, ToolCall, Decided | None]] = []
+        for part, asked_for in rejected_unseen(ctx.messages):
+            entry = run.batch.find(part.tool_name, part.tool_call_id)
+            if entry is not None and (entry.claimed or entry.settled):
+                continue  # a hook or a rebuilt turn recorded it already
+            if entry is not None:
+                run.batch.settle(part.tool_name, part.tool_call_id, claimed=False)
+                unseen.append((part, entry.call, entry))
+            elif asked_for is not None:
+                unseen.append((part, tool_call(asked_for, tools(asked_for.tool_name)), None))
+        return unseen
+
     def _active(self) -> Run:
         if self._run is None:
             raise GuardSetupError(
@@ -331,7 +423,7 @@ class RepeatGuard(AbstractCapability[Any]):
         run, manager = self._active(), ctx.tool_manager
         if run.key is None and run.history is not None:
             (messages, start), run.history = run.history, None
-            known = manager.get_tool_def if manager is not None and manager.tools is not None else lambda name: None
+            known = manager.get_tool_def if manager is not None and manager.tools is not None else None
             run.state, run.batch = rebuild(self.policy, messages, run.turn_id, start, tools or known, self.core)
         return run.key or run
 

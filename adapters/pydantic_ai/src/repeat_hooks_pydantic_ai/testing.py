@@ -182,6 +182,15 @@ UNSUPPORTED: dict[str, str] = {
 }
 """Kit scenarios pydantic-ai itself cannot express, and why (their own tests prove the SDK's behaviour)."""
 
+TOOL_RETRIES = 8
+"""The tool retry budget of the kit's agents (``Agent(retries={"tools": TOOL_RETRIES})``), as a user raises it.
+pydantic-ai charges each call of a tool the agent lacks to the agent's budget (``default_max_retries``,
+``tool_manager.py:894``), the guard's refusals too (it charges while resolving the name, before any hook), and at
+its end fails the run with ``UnexpectedModelBehavior`` (``_check_max_retries``, ``tool_manager.py:527-531``): its
+default of 1 ends ``a_tool_the_agent_lacks_fails_like_any_other`` at the 2nd call, before a loop forms
+(``tests/adapters/pydantic_ai/test_unknown_tools.py``). No other kit scenario draws on it: a kit failure is a
+``ToolFailed``, which pydantic-ai does not charge."""
+
 
 class Driver:
     """Runs a conformance ``Scenario`` on pydantic-ai's real agent graph (one ``agent.run`` per user turn,
@@ -265,13 +274,14 @@ def outcome(
 def _kit_agent(
     scenario: kit.Scenario, box: kit.ToolBox, cursor: kit.Cursor, *, store: StateStore | None = None
 ) -> Agent[None, Any]:
-    """The kit's guarded agent, its model answering where ``cursor`` is."""
+    """The kit's guarded agent, its model answering where ``cursor`` is, its tool retry budget ``TOOL_RETRIES``."""
     output: Any = [str, DeferredToolRequests] if any(tool.needs_approval for tool in scenario.tools) else str
     return Agent(
         ScriptedModel(lambda step: cursor_reply(cursor)),
         tools=[kit_tool(tool, box) for tool in scenario.tools],
         capabilities=[RepeatGuard(scenario.policy, store=store)],
         output_type=output,
+        retries={"tools": TOOL_RETRIES},
     )
 
 

@@ -10,6 +10,10 @@ from strands.types.tools import AgentTool, ToolResult, ToolUse
 
 from repeat_hooks import ToolCall, kit
 
+FEEDS = (*kit.FEEDS, kit.Feed.ANSWERS, kit.Feed.WARNINGS)
+"""What the plugin feeds the guard: each call's outcome, each model call, its text answers; and it hands the model
+the guard's notes."""
+
 
 def mcp_annotations(tool: AgentTool | None) -> object:
     """The MCP annotations ``tool``'s spec carries (``None``: none, or a spec that cannot be built)."""
@@ -47,3 +51,20 @@ def model_view(result: Mapping[str, Any]) -> Any:
 def succeeded(result: ToolResult | Mapping[str, Any]) -> bool:
     """Whether a ``ToolResult`` reports success: ``status`` is not ``"error"`` and no MCP ``isError``."""
     return result.get("status") != "error" and result.get("isError") is not True
+
+
+def answer_of(message: Mapping[str, Any]) -> str | None:
+    """A model message's text answer (its text blocks), for ``max_same_answers``; ``None`` when it uses a tool
+    (something happens)."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return None
+    blocks = [block for block in content if isinstance(block, Mapping)]
+    if any("toolUse" in block for block in blocks):
+        return None
+    return "".join(block["text"] for block in blocks if isinstance(block.get("text"), str))
+
+
+def noted(result: ToolResult, note: str) -> ToolResult:
+    """``result`` with the guard's ``note`` as a text block after its content (what the model reads next)."""
+    return {**result, "content": [*result.get("content", []), {"text": note}]}

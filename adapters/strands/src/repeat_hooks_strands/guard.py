@@ -18,6 +18,7 @@ from strands.types.exceptions import EventLoopException
 from repeat_hooks import GuardSetupError, GuardState, Policy, Stop, kit, observe
 from repeat_hooks.stores import StateStore
 
+from . import calls
 from .calls import model_view, succeeded, tool_call
 from .state import STATE_KEY, TURN_KEY, AgentSlot, conversation_key, mark_stop, session_manager
 
@@ -84,7 +85,9 @@ class RepeatGuardHooks(Plugin):
         super().__init__()
         if not isinstance(state_key, str) or not state_key.strip():
             raise GuardSetupError(f"repeat-hooks: {_OWNER}(state_key={state_key!r}) must be a non-empty string")
-        self.core = kit.GuardCore(policy, settings, owner=_OWNER, keywords=("state_key",), **kit.common(locals()))
+        self.core = kit.GuardCore(
+            policy, settings, owner=_OWNER, keywords=("state_key",), feeds=calls.FEEDS, **kit.common(locals())
+        )
         self.policy: Policy = self.core.policy
         self.state_key = state_key
         self._states = kit.ParsedStates()
@@ -141,7 +144,9 @@ class RepeatGuardHooks(Plugin):
     @_scoped
     def _on_before_invocation(self, event: hooks.BeforeInvocationEvent) -> None:
         """Fires when an invocation starts: starts (or, with the current turn's id or no new input, continues) the
-        turn. With ``store=``, raises ``GuardSetupError`` if nothing names the conversation."""
+        turn, and names it in the request's ``invocation_state`` (``TURN_KEY``), so that a graph running the agent
+        again in the same request (its nodes share that dict) goes on with the same turn. With ``store=``, raises
+        ``GuardSetupError`` if nothing names the conversation."""
         agent, run = event.agent, self._run(event.agent)
         run.reset()
         if self.core.store is not None:
@@ -154,6 +159,8 @@ class RepeatGuardHooks(Plugin):
                 )
         given = self.core.turn_id((event.invocation_state or {}).get(TURN_KEY))
         fresh, turn = given is not None or bool(event.messages), given or uuid.uuid4().hex
+        if given is None and isinstance(event.invocation_state, dict):
+            event.invocation_state[TURN_KEY] = turn  # the request's turn, for the graph's next run of an agent
 
         def start(state: GuardState) -> None:
             if fresh or not state.turn.number:  # else no new input: the current turn goes on
@@ -184,7 +191,8 @@ class RepeatGuardHooks(Plugin):
 
     @_scoped
     def _on_after_model_call(self, event: hooks.AfterModelCallEvent) -> None:
-        """Fires after each model call: counts it, with its seconds and cost, when a budget needs them."""
+        """Fires after each model call: counts it, with its seconds and cost, and its text when it uses no tool (for
+        ``max_same_answers``), when a rule needs them. Returns nothing."""
         run = self._run(event.agent)
         if run.cancelled:
             run.cancelled = False
@@ -194,9 +202,12 @@ class RepeatGuardHooks(Plugin):
             return
         seconds, metadata = run.watch.seconds(), response.message.get("metadata")
         cost = self.core.cost_of((metadata.get("usage") if isinstance(metadata, dict) else None) or {})
-        self.core.update_now(
-            run.where, lambda state: self.policy.record_model_call(state, seconds=seconds, cost_usd=cost), outage=None
-        )
+        answer = calls.answer_of(response.message)
+
+        def record(state: GuardState) -> None:
+            self.policy.record_model_call(state, seconds=seconds, cost_usd=cost, answer=answer)
+
+        self.core.update_now(run.where, record, outage=None)
 
     @_scoped
     def _on_before_tools(self, event: hooks.BeforeToolsEvent) -> None:
@@ -235,7 +246,8 @@ class RepeatGuardHooks(Plugin):
     @_scoped
     def _on_after_tool_call(self, event: hooks.AfterToolCallEvent) -> None:
         """Fires after each tool call: records whether it succeeded and what the model reads of it; a call another
-        hook cancelled counts as rejected. Skips calls the guard refused and discarded attempts (``retry``)."""
+        hook cancelled counts as rejected. Skips calls the guard refused and discarded attempts (``retry``). With
+        ``warn=True``, a note the guard has for the model goes after the result, as a text block of its own."""
         if event.retry or not self.core.records_outcomes:
             return
         run, use = self._run(event.agent), event.tool_use
@@ -248,9 +260,14 @@ class RepeatGuardHooks(Plugin):
             return
         view = model_view(event.result)
         ok = self.core.ok(succeeded(event.result), view)
-        self.core.update_now(
-            run.where, lambda state: self.policy.record_tool_result(state, call, ok=ok, result=view), outage=None
-        )
+
+        def record(state: GuardState) -> str | None:
+            self.policy.record_tool_result(state, call, ok=ok, result=view)
+            return self.policy.warning(state, call)
+
+        note = self.core.update_now(run.where, record, outage=None)
+        if note is not None:
+            event.result = calls.noted(event.result, note)
 
     @_scoped
     def _on_after_tools(self, event: hooks.AfterToolsEvent) -> None:
