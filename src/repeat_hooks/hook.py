@@ -1,7 +1,8 @@
 """``StopRepeatedCalls``: a policy and one conversation's state, in one serializable hook for in-process use.
 
 The hook's methods keep the seed's names; each is one verb of the policy on the hook's own state, which the hook
-commits at once, so it tells the observers (``repeat_hooks.observe``) what the verb decided, after it:
+commits at once; with observers (``repeat_hooks.observe``) it tells them what the verb decided, after it (without
+any, each method is the verb's call and no more: this is on the path of every tool call):
 
 | hook method | policy verb | ``HookPoint`` |
 |---|---|---|
@@ -16,8 +17,8 @@ commits at once, so it tells the observers (``repeat_hooks.observe``) what the v
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict, Field, ValidationInfo, model_validator
 
@@ -28,7 +29,6 @@ from .policy import Policy
 from .state import GuardState, WholeModel
 
 _SETTINGS = frozenset(Policy.model_fields)
-T = TypeVar("T")
 
 
 class StopRepeatedCalls(WholeModel):
@@ -90,17 +90,24 @@ class StopRepeatedCalls(WholeModel):
     def pre_agent_turn(self, *, turn_id: str | None = None) -> None:
         """Fires when a user message starts a turn: fresh per-turn counts, unless ``turn_id`` is the current
         turn (a resumed or continued turn keeps its counts). Returns nothing."""
-        self._commit(self.policy.start_turn, turn_id=turn_id)
+        if observe.OBSERVERS:
+            observe.apply(self.policy.start_turn, self.state, turn_id=turn_id)
+        else:
+            self.policy.start_turn(self.state, turn_id=turn_id)
 
     def pre_tool_call(self, call: ToolCall, *, turn_id: str | None = None) -> Refusal | None:
         """Fires before each tool call: returns ``None`` to let it run, or the ``Refusal`` to hand the model
         instead of a result (the tool must not run). Counts the call."""
-        return self._commit(self.policy.decide_tool_call, call, turn_id=turn_id)
+        if observe.OBSERVERS:
+            return observe.apply(self.policy.decide_tool_call, self.state, call, turn_id=turn_id)
+        return self.policy.decide_tool_call(self.state, call, turn_id=turn_id)
 
     def pre_tool_calls(self, calls: Sequence[ToolCall], *, turn_id: str | None = None) -> list[Refusal | None]:
         """Fires once per model response with all its tool calls, before any runs: one decision per call, in
         order, as ``pre_tool_call`` gives them. A later ``pre_tool_call`` of one of them returns its decision."""
-        return self._commit(self.policy.decide_tool_calls, calls, turn_id=turn_id)
+        if observe.OBSERVERS:
+            return observe.apply(self.policy.decide_tool_calls, self.state, calls, turn_id=turn_id)
+        return self.policy.decide_tool_calls(self.state, calls, turn_id=turn_id)
 
     def post_tool_call(
         self,
@@ -114,21 +121,29 @@ class StopRepeatedCalls(WholeModel):
         """Fires after a tool ran: records whether it succeeded and what it returned (``result``: what the model
         reads; digested, never stored). Returns ``None``, or with ``warn=True`` the note to hand the model after
         the result (the same call made next would be refused: ``Policy.warning``)."""
-        self._commit(
-            self.policy.record_tool_result, call, ok=ok, result=result, turn_id=turn_id, delivery_id=delivery_id
-        )
-        return self.policy.warning(self.state, call) if self.policy.warn else None
+        policy, state = self.policy, self.state
+        if observe.OBSERVERS:
+            observe.apply(policy.record_tool_result, state, call, ok=ok, result=result, turn_id=turn_id,
+                          delivery_id=delivery_id)  # fmt: skip
+        else:
+            policy.record_tool_result(state, call, ok=ok, result=result, turn_id=turn_id, delivery_id=delivery_id)
+        return policy.warning(state, call) if policy.warn else None
 
     def post_tool_rejected(self, call: ToolCall, *, turn_id: str | None = None) -> None:
         """Fires when a call ``pre_tool_call`` let through was rejected before it ran (a human reviewer, another
         guardrail): it waits for no outcome, and counts toward its repeats as a rejection, so the same rejected
         call is refused after ``max_calls`` rejections instead of being asked about again. Returns nothing."""
-        self._commit(self.policy.record_rejection, call, turn_id=turn_id)
+        if observe.OBSERVERS:
+            observe.apply(self.policy.record_rejection, self.state, call, turn_id=turn_id)
+        else:
+            self.policy.record_rejection(self.state, call, turn_id=turn_id)
 
     def pre_llm_call(self, *, turn_id: str | None = None) -> Stop | None:
         """Fires before each model call: returns ``None`` to let it happen, or the ``Stop`` that ends the turn
         (no more model calls; ``stop.message`` is the caller's final text)."""
-        return self._commit(self.policy.decide_model_call, turn_id=turn_id)
+        if observe.OBSERVERS:
+            return observe.apply(self.policy.decide_model_call, self.state, turn_id=turn_id)
+        return self.policy.decide_model_call(self.state, turn_id=turn_id)
 
     def post_llm_call(
         self,
@@ -141,20 +156,12 @@ class StopRepeatedCalls(WholeModel):
     ) -> None:
         """Fires after each model call: counts it, with its recorded ``seconds`` and ``cost_usd``, for the
         budgets, and its text ``answer`` when it called no tool, for ``max_same_answers``. Returns nothing."""
-        self._commit(
-            self.policy.record_model_call,
-            seconds=seconds,
-            cost_usd=cost_usd,
-            answer=answer,
-            turn_id=turn_id,
-            delivery_id=delivery_id,
-        )
-
-    def _commit(self, verb: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run one verb of the policy on the hook's state; with observers, tell them what it decided, after it."""
-        if not observe.OBSERVERS:
-            return verb(self.state, *args, **kwargs)
-        return observe.apply(verb, self.state, *args, **kwargs)
+        if observe.OBSERVERS:
+            observe.apply(self.policy.record_model_call, self.state, seconds=seconds, cost_usd=cost_usd, answer=answer,
+                          turn_id=turn_id, delivery_id=delivery_id)  # fmt: skip
+        else:
+            self.policy.record_model_call(self.state, seconds=seconds, cost_usd=cost_usd, answer=answer,
+                                          turn_id=turn_id, delivery_id=delivery_id)  # fmt: skip
 
     @property
     def stop(self) -> Stop | None:

@@ -37,7 +37,7 @@ from .messages import REFUSAL_MESSAGES, REPEAT_MESSAGES, STOP_MESSAGES, TURN_END
 from .observation import ModelCallDecided, ModelCallRecorded, ToolCallDecided, ToolResultRecorded, TurnStarted, Where
 from .result import outcome_digest
 from .state import MAX_KEYS, MAX_RUNS, SEEN, Delivery, GuardState, Turn, WholeModel
-from .stop_rules import STOP_RULES, Feed, HookPoint
+from .stop_rules import STOP_RULES, Feed, HookPoint, StopRule
 
 logger = logging.getLogger("repeat_hooks")
 
@@ -125,6 +125,8 @@ class Policy(WholeModel):
 
     _secret: bytes = PrivateAttr(b"")
     _secret_id: str | None = PrivateAttr(None)
+    _rules: tuple[tuple[StopRule, float], ...] = PrivateAttr(())
+    """The stop rules switched on, with their limits, in ``STOP_RULES``'s order (read before every model call)."""
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """A copy; with ``update``, a policy validated afresh (pydantic's ``model_copy`` skips validation, so a
@@ -135,8 +137,12 @@ class Policy(WholeModel):
         return self.model_validate({**settings, **update})
 
     def model_post_init(self, context: Any, /) -> None:
-        """Derive the digest key and its fingerprint (pydantic calls this after validation)."""
+        """Derive the digest key and its fingerprint, and the stop rules switched on (pydantic calls this after
+        validation)."""
         super().model_post_init(context)
+        self._rules = tuple(
+            (rule, getattr(self, rule.setting)) for rule in STOP_RULES if getattr(self, rule.setting) is not None
+        )
         if self.digest_key is not None:
             secret = self.digest_key.get_secret_value()
             self._secret = digest_secret(secret)
@@ -377,10 +383,7 @@ class Policy(WholeModel):
         turn = _turn_of(state, turn_id)
         if turn.stop is not None:
             return turn.stop
-        for rule in STOP_RULES:
-            limit = getattr(self, rule.setting)
-            if limit is None:
-                continue
+        for rule, limit in self.__pydantic_private__["_rules"]:  # type: ignore[index]  # as in _check_key
             value = getattr(turn, rule.counter)
             reason = rule.reason
             if reason is StopReason.IGNORED_REFUSALS:
@@ -588,7 +591,7 @@ class Policy(WholeModel):
             template = REFUSAL_MESSAGES[kind]
         if kind is RefusalKind.OPAQUE:
             limit = self.max_opaque_runs
-        return Refusal(message=render(template, tool, number, limit), reason=kind)
+        return Refusal.model_construct(message=render(template, tool, number, limit), reason=kind)  # valid as built
 
     def _event(
         self,
@@ -602,12 +605,12 @@ class Policy(WholeModel):
         message: str | None = None,
     ) -> GuardEvent:
         turn = state.turn
-        event = GuardEvent(
+        event = GuardEvent.model_construct(  # valid as built: no validation on the path of every refusal
             kind=kind,
             reason=reason,
             tool=tool,
-            count=number,
-            limit=limit,
+            count=float(number),
+            limit=float(limit),
             turn_id=turn.id,
             turn=turn.number,
             message=message,
@@ -655,15 +658,7 @@ def _settle(state: GuardState, turn: Turn, call: ToolCall) -> str | Literal[Fals
     """Settle the delivery of ``call``'s decision in this response: its key if found (``False`` if it was refused
     or settled already: nothing more to record), ``None`` if its decision is not known by id."""
     scoped = _scoped(turn, call.call_id)
-    if scoped is None:
-        return None
-    seen = state.deliveries.get(scoped)
-    if seen is None or seen.tool != call.name:
-        return None
-    if seen.settled or seen.refused:
-        return False
-    state.deliveries[scoped] = seen._replace(settled=True)
-    return seen.key
+    return None if scoped is None else state.deliveries.settle(scoped, call.name)
 
 
 def _as_ok(ok: Any) -> bool:

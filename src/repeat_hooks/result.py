@@ -93,25 +93,6 @@ _DURATION_UNDER_KEY = re.compile(
 """A number under a key that says how long the call itself took (``"took": 5``, a search engine's; ``"elapsed_ms"``,
 ``"query_time"``). Not ``duration``, ``latency`` or ``response_time``: a job's, a route's or a monitored endpoint's
 time is often the answer."""
-_DURATION_WORDS = (
-    "ook",
-    "lapsed",
-    "aken",
-    "uery_time",
-    "ueryTime",
-    "passed",
-    "failed",
-    "rror",
-    "kipped",
-    "arning",
-    "Ran ",
-    "one in",
-    "inished in",
-    "BUILD",
-    "ime:",
-)
-"""Parts of the words that say a duration follows, in text or as a key: with none of them in a result (most
-results), there is no duration to look for (a few substring searches, much cheaper than one pattern's scan)."""
 _DURATION_HINT = re.compile(
     r"took|Took|elapsed|Elapsed|passed|failed|error|skipped|warning|Ran |Done in|Finished in|BUILD|Time:|Total time:"
 )
@@ -168,7 +149,10 @@ def mask_volatile_tokens(text: str) -> str:
         text = _TEMP_NAME.sub("tmp~", text)
     if '":1' in text:
         text = _mask_epochs(text)
-    if any(word in text for word in _DURATION_WORDS):
+    # Parts of the words that say a duration follows, in text or as a key: a test or build summary's " in " (5 passed
+    # in, Ran 5 tests in, Done in), took, elapsed, time_taken, query_time, Time:. With none of them in a result (most),
+    # no duration to look for: six substring searches (written out: a loop costs more than they do) for a pattern's.
+    if " in " in text or "ook" in text or "lapsed" in text or "aken" in text or "uery" in text or "ime:" in text:
         text = _DURATION_UNDER_KEY.sub(r"\1~", text)
         text = _mask_durations(text)
     return text

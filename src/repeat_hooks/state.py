@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, MutableMapping
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
     BaseModel,
@@ -119,6 +119,15 @@ class Turn(WholeModel):
     stop: Stop | None = None
     """The turn's stop, once ``decide_model_call`` has ended it."""
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Set a counter with a plain write, as pydantic's own path ends (no field is validated on assignment, and
+        every field counts as set already) for a tenth of its cost: a decision sets several."""
+        if name not in _COUNTERS:
+            raise ValueError(f'"Turn" object has no field "{name}"')
+        self.__dict__[name] = value
+
+
+_COUNTERS = frozenset(Turn.model_fields)
 
 MAX_DELIVERIES = 256
 """The most delivery ids a state keeps (a hard cap; a stored state with more is refused). Every id seen in the
@@ -191,6 +200,12 @@ class Deliveries(MutableMapping[str, Delivery]):
     def __getitem__(self, delivery_id: str) -> Delivery:
         return _unpack(self._packed[delivery_id])
 
+    def get(self, delivery_id: str, default: None = None) -> Delivery | None:  # type: ignore[override]
+        """``Mapping.get`` (no other default), without the ``KeyError`` it raises and catches for every id not seen:
+        most are not."""
+        packed = self._packed.get(delivery_id)
+        return None if packed is None else _unpack(packed)
+
     def __setitem__(self, delivery_id: str, delivery: Delivery) -> None:
         self._packed[delivery_id] = _pack(delivery)
 
@@ -215,6 +230,22 @@ class Deliveries(MutableMapping[str, Delivery]):
 
     def __repr__(self) -> str:
         return f"Deliveries({dict(self.items())!r})"
+
+    def settle(self, delivery_id: str, tool: str) -> str | Literal[False] | None:
+        """Mark the delivery of a call of ``tool`` kept under ``delivery_id`` settled (its outcome is recorded): its
+        key; ``False`` if it was refused or settled already; ``None`` if none is kept (read and written as its text)."""
+        packed = self._packed
+        text = packed.get(delivery_id)
+        if text is None:
+            return None
+        head, _why, key, kept = text.split(":", 3)
+        if kept != tool:
+            return None
+        flags = ord(head[0]) - 48
+        if flags & 3:  # refused (1) or settled (2)
+            return False
+        packed[delivery_id] = f"{flags | 2}{text[1:]}"
+        return key
 
     def forget_calls(self, keep: int) -> None:
         """Forget every call's delivery (one with a key), and all but the newest ``keep`` others (``SEEN``)."""
