@@ -484,7 +484,7 @@ class Policy(WholeModel):
                 counting.continue_cycle(self, turn, period)
         if scoped is not None:
             why = kind.value if refused else ""
-            state.remember(scoped, Delivery(tool=name, key=key, number=number, refused=refused, settled=False, why=why))
+            state.remember(scoped, Delivery(name, key, number, refused, False, why))  # by position: see Delivery
         if not refused:
             return None, None
         turn.refusals += 1

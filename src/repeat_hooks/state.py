@@ -142,7 +142,8 @@ MAX_STATE_CHARS = 16_000_000
 
 
 class Delivery(NamedTuple):
-    """A decided delivery, remembered so that a second delivery of it is not counted again. Build it by keyword."""
+    """A decided delivery, remembered so that a second delivery of it is not counted again. Build it by keyword
+    (the policy builds one per call by position, a third cheaper: the fields' order is part of the format)."""
 
     tool: str
     key: str
@@ -409,10 +410,10 @@ class GuardState(WholeModel):
     def remember(self, delivery_id: str, delivery: Delivery) -> None:
         """Keep ``delivery`` under ``delivery_id`` (a call's is scoped to its response; an outcome's or a model
         call's is ``SEEN``), forgetting the oldest past ``MAX_DELIVERIES``."""
-        deliveries = self.deliveries
-        deliveries[delivery_id] = delivery
-        if len(deliveries) > MAX_DELIVERIES:
-            del deliveries[next(iter(deliveries))]
+        packed = self.deliveries._packed  # its texts, written at once: this is on the path of every call with an id
+        packed[delivery_id] = _pack(delivery)
+        if len(packed) > MAX_DELIVERIES:
+            del packed[next(iter(packed))]
 
     def record(self, event: GuardEvent) -> None:
         """Keep ``event``, dropping the oldest past ``MAX_EVENTS``."""
