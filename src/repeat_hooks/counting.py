@@ -146,7 +146,7 @@ def record_progress(policy: Policy, turn: Turn, call: ToolCall, key: str, ok: bo
             changes += 1  # its own change does not restart its own count
         turn.changes += 1
     if key in turn.counts:
-        turn.marks[key] = Mark(changes=changes, outcome=outcome, ok=ok, opaque=opaque)
+        turn.marks[key] = Mark(changes, outcome, ok, opaque)  # by position (once a call): changes, outcome, ok, opaque
     if policy.max_cycle_period is not None:
         runs = turn.runs
         runs.append(key + outcome)

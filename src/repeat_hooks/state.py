@@ -52,7 +52,8 @@ Figure = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class Mark(NamedTuple):
-    """What a call key's last run saw and returned, for ``count="progress"``. Build it by keyword."""
+    """What a call key's last run saw and returned, for ``count="progress"``. Build it by keyword (the policy builds
+    one per result by position: the fields' order is fixed)."""
 
     changes: int
     """The turn's ``changes`` when the count last continued or restarted: a different number now means
@@ -385,8 +386,9 @@ class GuardState(WholeModel):
         self._end_response()
 
     def _end_response(self) -> None:
-        if self.deliveries:
-            self.deliveries.forget_calls(keep=RECENT_DELIVERIES)
+        deliveries = self.deliveries
+        if deliveries._packed:
+            deliveries.forget_calls(keep=RECENT_DELIVERIES)
 
     def stop_of(self, turn_id: str | None = None) -> Stop | None:
         """How turn ``turn_id`` was stopped, from the kept events; ``None`` if it was not (or is forgotten).
