@@ -82,11 +82,13 @@ class ToolCall:
         call_id = self.call_id
         if call_id is not None and (type(call_id) is not str or not call_id.isascii() or len(call_id) > MAX_NAME_CHARS):
             object.__setattr__(self, "call_id", as_text(call_id))
-        if self.read_only is not None or self.destructive is not None or self.idempotent is not None:
-            for hint in ("read_only", "destructive", "idempotent"):
-                value = getattr(self, hint)
-                if value is not None and type(value) is not bool:
-                    object.__setattr__(self, hint, None)  # not an explicit True or False: unknown
+        # A hint that is not an explicit True or False is unknown (written out: a loop costs more than the three).
+        if self.read_only is not None and type(self.read_only) is not bool:
+            object.__setattr__(self, "read_only", None)
+        if self.destructive is not None and type(self.destructive) is not bool:
+            object.__setattr__(self, "destructive", None)
+        if self.idempotent is not None and type(self.idempotent) is not bool:
+            object.__setattr__(self, "idempotent", None)
 
 
 def as_text(value: Any) -> str:

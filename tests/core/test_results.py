@@ -282,6 +282,10 @@ def test_only_explicit_hints_count() -> None:
     destructive_only = ToolCall("place_order", {"sku": "mug"}, destructive=True)  # idempotent unknown
     assert [run(guard, destructive_only, receipt(n)) for n in range(3)] == [True, True, True]
     assert ToolCall("x", destructive="yes").destructive is None  # type: ignore[arg-type]
+    hinted = ToolCall("x", read_only=1, destructive=0, idempotent="no")  # type: ignore[arg-type]
+    assert (hinted.read_only, hinted.destructive, hinted.idempotent) == (None, None, None)
+    explicit = ToolCall("x", read_only=False, destructive=True, idempotent=False)
+    assert (explicit.read_only, explicit.destructive, explicit.idempotent) == (False, True, False)
 
 
 def test_the_destructive_setting_marks_plain_tools() -> None:

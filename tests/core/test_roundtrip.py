@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -151,3 +152,14 @@ def test_a_tool_name_with_any_characters_round_trips_in_a_delivery() -> None:
     assert [delivery.tool for delivery in restored.deliveries.values()] == [
         delivery.tool for delivery in state.deliveries.values()
     ]
+
+
+def test_a_turns_counters_are_set_plainly_and_a_misspelt_one_fails() -> None:
+    from repeat_hooks.state import GuardState
+
+    state = GuardState()
+    state.turn.errors_in_a_row = 3  # written without pydantic's setattr: still dumped, even with exclude_unset
+    assert state.turn.model_dump(exclude_unset=True)["errors_in_a_row"] == 3
+    assert GuardState.model_validate_json(state.model_dump_json()) == state
+    with pytest.raises(ValueError, match='^"Turn" object has no field "erors_in_a_row"$'):
+        state.turn.erors_in_a_row = 1  # type: ignore[attr-defined]
