@@ -161,5 +161,5 @@ def test_a_turns_counters_are_set_plainly_and_a_misspelt_one_fails() -> None:
     state.turn.errors_in_a_row = 3  # written without pydantic's setattr: still dumped, even with exclude_unset
     assert state.turn.model_dump(exclude_unset=True)["errors_in_a_row"] == 3
     assert GuardState.model_validate_json(state.model_dump_json()) == state
-    with pytest.raises(ValueError, match='^"Turn" object has no field "erors_in_a_row"$'):
+    with pytest.raises(ValueError, match=r'^"Turn" object has no field "erors_in_a_row"$'):
         state.turn.erors_in_a_row = 1  # type: ignore[attr-defined]
