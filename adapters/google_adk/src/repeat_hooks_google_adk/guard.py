@@ -153,8 +153,13 @@ class RepeatGuardPlugin(BasePlugin):
     def scope_of(self, context: InvocationContext) -> Scope:
         """Where the agent running in ``context`` counts its calls: the invocation's own state, or the scope of its
         branch and the loops around it, each loop's iteration in the turn id (``<turn>@par.a/loop#3``)."""
-        root = self._root(context)
-        loops = [(name, self._iterations.get((context.invocation_id, name), 1)) for name in _loops(context.agent)]
+        return self._scope(context, self._root(context))
+
+    def _scope(self, context: InvocationContext, root: Scope) -> Scope:
+        """``scope_of(context)``, given the invocation's ``root`` scope (``_root(context)``)."""
+        parent = getattr(context.agent, "parent_agent", None)  # none: no loop around it (no _loops walk)
+        names = [] if parent is None else _loops(context.agent)
+        loops = [(name, self._iterations.get((context.invocation_id, name), 1)) for name in names]
         if not context.branch and not loops:
             return root
         name = (context.branch or "") + "".join(f"/{loop}" for loop, _ in loops)
@@ -163,17 +168,22 @@ class RepeatGuardPlugin(BasePlugin):
 
     def _root(self, context: InvocationContext) -> Scope:
         """The invocation's own state: its budgets, its stop, the calls on no branch and in no loop."""
-        enclosing, session = self._enclosing.get(), context.session
-        key = self.state_key if self.core.store is None else conversation_key(session, self.core.conversation_id)
-        return Scope(enclosing[0] if enclosing else key, self.turn_of(context.invocation_id))
+        enclosing = self._enclosing.get()
+        if enclosing is not None:  # an agent used as a tool: its caller's key and turn
+            return Scope(enclosing[0], enclosing[1])
+        core = self.core
+        key = self.state_key if core.store is None else conversation_key(context.session, core.conversation_id)
+        return Scope(key, self.turn_of(context.invocation_id))
 
     async def _update(
         self, key: str, session: Session, target: Context | Event, change: Callable[[GuardState], _T], outage: _T
     ) -> _T:
         """One policy verb on the state under ``key``, committed: in the store, or in the session through ``target``
         (the callback's context, or the event on its way to the session)."""
-        where = key if self.core.store is not None else SessionSlot(self._states, session, key, target)
-        return await self.core.update(where, change, outage=outage)
+        core = self.core
+        if core.store is None:  # the same update as core.update's, without a coroutine of its own
+            return core.update_now(SessionSlot(self._states, session, key, target), change, outage=outage)
+        return await core.update(key, change, outage=outage)
 
     def _agent(self, invocation_id: str, agent: str, branch: str | None) -> _Agent:
         key = (invocation_id, agent, branch or "")
@@ -259,7 +269,9 @@ class RepeatGuardPlugin(BasePlugin):
         if live:  # run_live screens each user message here: a new turn
             _put(self._live, invocation_id, self._live.get(invocation_id, 0) + 1)
         stop: Stop | None = None
-        for scope in dict.fromkeys((self._root(context), self.scope_of(context))):
+        root = self._root(context)
+        own = self._scope(context, root)
+        for scope in (root,) if own == root else (root, own):
             change = partial(self.policy.decide_model_call, turn_id=scope.turn_id)
             stop = stop or await self._update(scope.key, session, callback_context, change, self.core.ended)
         if stop is not None:
@@ -365,25 +377,26 @@ class RepeatGuardPlugin(BasePlugin):
         which ADK hands the model instead (a call of no batch, replayed on a resume, is decided here)."""
         context = tool_context._invocation_context
         batch = self._agent(context.invocation_id, tool_context.agent_name, context.branch).batch
-        entry = batch.claim(tool.name, tool_context.function_call_id, tool_args, given=tool_context)
+        call_id = tool_context.function_call_id
+        entry = batch.claim(tool.name, call_id, tool_args, given=tool_context)
         confirmation = tool_context.tool_confirmation
+        root = self._root(context)
+        scope, call = self._scope(context, root), tool_call(tool, tool_args, call_id)
         if (
             entry is None and confirmation is not None
         ):  # the human's answer: approved, the call runs as its batch counted it
-            scope, call = self.scope_of(context), tool_call(tool, tool_args, tool_context.function_call_id)
             entry = batch.add(call, None, given=tool_context, tag=scope)
             if not confirmation.confirmed:  # rejected: it counts as a rejected call
                 entry.settled = True
                 change = partial(self.policy.record_rejection, call=call, turn_id=scope.turn_id)
                 await self._update(scope.key, context.session, tool_context, change, None)
         else:
-            scope, call = self.scope_of(context), tool_call(tool, tool_args, tool_context.function_call_id)
             decide = partial(self.policy.decide_tool_call, call=call, turn_id=scope.turn_id)
             refusal = await self._update(scope.key, context.session, tool_context, decide, self.core.refused)
             entry = batch.add(call, refusal, given=tool_context, tag=scope)
         if entry.refusal is not None:
             return Refused(entry.refusal)
-        self._enclosing.set((self._root(context).key, self.turn_of(context.invocation_id)))  # this call's task only
+        self._enclosing.set((root.key, root.turn_id))  # this call's task only (root: _root(context), turn_of's turn)
         return None
 
     @_in_scope

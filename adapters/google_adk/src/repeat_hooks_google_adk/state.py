@@ -65,9 +65,11 @@ def read_events(session: Session, key: str = STATE_KEY) -> list[GuardEvent]:
 def compact(state: GuardState) -> dict[str, Any]:
     """What is written of ``state``: its turn, its digest-key fingerprint, and the delivery ids of its current
     model response (the only ones the core looks up); no events (those go under ``#events``)."""
-    current = f"@{state.turn.number}.{state.turn.responses}"
+    turn = state.turn
+    current = f"@{turn.number}.{turn.responses}"
     raw = state.model_dump(mode="json", exclude={"events", "deliveries"})
-    raw["deliveries"] = {ident: list(seen) for ident, seen in state.deliveries.items() if ident.endswith(current)}
+    deliveries = state.deliveries  # only the current response's are read back (each unpacked from its text)
+    raw["deliveries"] = {ident: list(deliveries[ident]) for ident in deliveries if ident.endswith(current)}
     return raw
 
 
@@ -91,18 +93,19 @@ class SessionSlot:
     def write(self, state: GuardState) -> None:
         raw = compact(state)
         target = self.target
-        targets: list[Any] = [target.state] if isinstance(target, Context) else [self.session.state]
-        if isinstance(target, Event):
-            targets.append(target.actions.state_delta)
+        first: Any = target.state if isinstance(target, Context) else self.session.state
+        delta = target.actions.state_delta if isinstance(target, Event) else None
         if state.events:  # moved out of the state, to the session's kept events
             events_key = self.key.split(SCOPE_SEPARATOR, 1)[0] + EVENTS_SUFFIX
             kept = self.session.state.get(events_key)
             kept = [*(kept if isinstance(kept, list) else ()), *(e.model_dump(mode="json") for e in state.events)]
             state.events.clear()
-            for place in targets:
-                place[events_key] = kept[-EVENTS_KEPT:]
-        for place in targets:
-            place[self.key] = raw
+            first[events_key] = kept[-EVENTS_KEPT:]
+            if delta is not None:
+                delta[events_key] = kept[-EVENTS_KEPT:]
+        first[self.key] = raw
+        if delta is not None:
+            delta[self.key] = raw
         self.cache.keep(raw, state)
 
     def __repr__(self) -> str:

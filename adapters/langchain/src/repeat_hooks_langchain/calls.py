@@ -116,7 +116,10 @@ def rejected_by_reviewer(message: ToolMessage) -> bool:
 
 def last_ai_message(messages: Sequence[BaseMessage]) -> AIMessage | None:
     """The last ``AIMessage`` of the conversation (the one whose calls the tool node is running)."""
-    return next((message for message in reversed(messages) if isinstance(message, AIMessage)), None)
+    for message in reversed(messages):
+        if isinstance(message, AIMessage):
+            return message
+    return None
 
 
 def succeeded(message: ToolMessage) -> bool:

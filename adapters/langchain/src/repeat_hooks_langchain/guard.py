@@ -5,7 +5,7 @@ and the async ones with ``await GuardCore.update``. Where each hook sits, and wh
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from langchain.agents.middleware import (
@@ -17,6 +17,7 @@ from langchain.agents.middleware import (
     hook_config,
 )
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import ToolCall as LangChainToolCall
 from langgraph.config import get_config
 from langgraph.errors import GraphInterrupt
 from langgraph.runtime import Runtime
@@ -31,7 +32,7 @@ __all__ = ["GuardSetupError", "RepeatGuardMiddleware", "RepeatGuardStopped"]
 
 R = TypeVar("R")
 Steps = Generator[tuple[Any, Callable[[GuardState], Any] | None, Any], Any, R]
-"""A hook: yields its update (where, change, outage; ``_NOTHING``: none), is sent what it decided, returns."""
+"""A hook: yields its update (where, change, outage; change ``None``: none), is sent what it decided, returns."""
 
 OWNER = "RepeatGuardMiddleware"
 RAN_KEY = "repeat_guard_ran"
@@ -134,21 +135,29 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
     ) -> ToolMessage | Command[Any]:
         """Fires around each tool call the guard allowed: returns ``handler``'s result. A call a reviewer edited is
         decided afresh on its new arguments: refused, it returns the refusal as its ``ToolMessage``."""
-        refusal, ran = self._run(self._verdict(request))
+        edit = _edit(request)  # None (the common case): it runs as the model node decided it, nothing to decide
+        refusal, ran = (None, None) if edit is None else self._run(self._verdict(request, *edit))
         if refusal is not None:
             return refusal
-        with _reviewed():
+        try:
             return _stamp(handler(request), ran)
+        except GraphInterrupt as interrupt:
+            _check_review(interrupt)
+            raise
 
     async def awrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
     ) -> ToolMessage | Command[Any]:
         """``wrap_tool_call`` for ``ainvoke`` / ``astream``."""
-        refusal, ran = await self._arun(self._verdict(request))
+        edit = _edit(request)
+        refusal, ran = (None, None) if edit is None else await self._arun(self._verdict(request, *edit))
         if refusal is not None:
             return refusal
-        with _reviewed():
+        try:
             return _stamp(await handler(request), ran)
+        except GraphInterrupt as interrupt:
+            _check_review(interrupt)
+            raise
 
     @hook_config(can_jump_to=["model"])
     def after_agent(self, state: RepeatGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -206,7 +215,11 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         messages = [message for message in response.result if isinstance(message, AIMessage)]
         if None not in (self.core.cost, self.policy.max_cost_usd) and any(m.usage_metadata is None for m in messages):
             raise GuardSetupError(NO_USAGE)
-        cost = sum(self.core.cost_of(m.usage_metadata) for m in messages if m.usage_metadata is not None)
+        cost = (
+            0.0
+            if self.core.cost is None
+            else sum(self.core.cost_of(m.usage_metadata) for m in messages if m.usage_metadata is not None)
+        )
         # Calls the model node answered itself (structured output with ToolStrategy) never reach a tool.
         answered = {message.tool_call_id for message in response.result if isinstance(message, ToolMessage)}
         last = next((message for message in reversed(messages) if message.tool_calls), None)  # the tool node's
@@ -234,19 +247,15 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         batch_hints = {name: known[name] for name in names if name in known}
         if batch_hints or state.get(HINTS_KEY):
             update[HINTS_KEY] = batch_hints
-        return ExtendedModelResponse(model_response=response, command=Command(update=update))
+        return ExtendedModelResponse(model_response=response, command=Command(update=update) if update else None)
 
-    def _verdict(self, request: ToolCallRequest) -> Steps[tuple[ToolMessage | None, dict[str, Any] | None]]:
-        """A tool call's refusal (a reviewer's edit decided afresh, on the counts as the model node left them: it
-        does not run), else ``None`` and, for an edit, the call that runs, stamped on its result (``RAN_KEY``)."""
+    def _verdict(
+        self, request: ToolCallRequest, original: LangChainToolCall, running: LangChainToolCall
+    ) -> Steps[tuple[ToolMessage | None, dict[str, Any] | None]]:
+        """A reviewer's edit (``_edit``: the call the model asked for, ``original``, and the one that would run)
+        decided afresh, on the counts as the model node left them: its refusal (it does not run), else ``None`` and
+        the call that runs, stamped on its result (``RAN_KEY``)."""
         state, call = request.state, request.tool_call
-        message = calls.last_ai_message(state.get("messages", ()))
-        position = None if message is None else calls.request_position(message, call)
-        original = None if message is None or position is None else message.tool_calls[position]
-        running = calls.edit_of(state.get(calls.HITL_EDITS_KEY), call) or call
-        if original is None or calls.same_call(original, running):
-            yield _NOTHING
-            return None, None
         tools = getattr(request.runtime, "tools", None) or ()
         known = {**calls.saved_hints(state.get(HINTS_KEY)), **calls.tool_hints(tools)}
         rejected, edited = calls.guard_call(original, known), calls.guard_call(running, known)
@@ -319,14 +328,15 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
     def _scope(self) -> contextlib.AbstractContextManager[Any]:
         """The observers' scope: the run's thread (or the caller's conversation) and ``create_agent(name=...)``."""
         config = _config()
-        thread = (config.get("configurable") or {}).get("thread_id")
-        name = (config.get("metadata") or {}).get("lc_agent_name")
+        configurable, metadata = config.get("configurable"), config.get("metadata")
+        thread = configurable.get("thread_id") if configurable else None
+        name = metadata.get("lc_agent_name") if metadata else None
         return self.core.scope(str(thread) if thread is not None else self.core.conversation_id(), name)
 
     def _watch(self, request: ModelRequest[Any]) -> kit.Stopwatch:
         """Before a model call: the policy's tool names among the tools it is offered (once per tool set), and a
         started ``Stopwatch``."""
-        names = (name for name in (getattr(tool, "name", None) for tool in request.tools) if isinstance(name, str))
+        names = [name for tool in request.tools if isinstance(name := getattr(tool, "name", None), str)]
         try:
             self.core.check_tool_names(names)
         except GuardSetupError as error:
@@ -334,9 +344,6 @@ class RepeatGuardMiddleware(AgentMiddleware[RepeatGuardState, Any, Any]):
         watch = kit.Stopwatch(self.core.clock)
         watch.start()
         return watch
-
-
-_NOTHING = (None, None, None)
 
 
 def _finish(steps: Steps[R], decided: Any) -> R:
@@ -361,18 +368,28 @@ def _stamp(result: ToolMessage | Command[Any], ran: dict[str, Any] | None) -> To
     return result.model_copy(update={"response_metadata": {**result.response_metadata, RAN_KEY: ran}})
 
 
-@contextlib.contextmanager
-def _reviewed() -> Iterator[None]:
-    """A per-call review raised inside the guard's tool-call hook: the reviewer's edit would run undecided."""
-    try:
-        yield
-    except GraphInterrupt as interrupt:
-        items = interrupt.args[0] if interrupt.args and isinstance(interrupt.args[0], Sequence) else ()
-        for item in items:
-            value = getattr(item, "value", None)
-            if isinstance(value, Mapping) and value.get("type") == "tool_approval":
-                raise GuardSetupError(PER_CALL_ORDER) from None
-        raise
+def _check_review(interrupt: GraphInterrupt) -> None:
+    """Raise ``GuardSetupError`` when ``interrupt``, raised out of a tool call inside the guard's tool-call hook, is a
+    per-call review: the reviewer's edit would run undecided. Else the caller raises ``interrupt`` on."""
+    items = interrupt.args[0] if interrupt.args and isinstance(interrupt.args[0], Sequence) else ()
+    for item in items:
+        value = getattr(item, "value", None)
+        if isinstance(value, Mapping) and value.get("type") == "tool_approval":
+            raise GuardSetupError(PER_CALL_ORDER) from None
+
+
+def _edit(request: ToolCallRequest) -> tuple[LangChainToolCall, LangChainToolCall] | None:
+    """The call a tool-node request runs, when a reviewer's batched edit (``HITL_EDITS_KEY``) or an edited request
+    made it differ from the one the model asked for: ``(asked, running)``; ``None`` (the common case, decided in
+    the model node already) when it runs as asked or is none of the last response's calls."""
+    state, call = request.state, request.tool_call
+    message = calls.last_ai_message(state.get("messages", ()))
+    position = None if message is None else calls.request_position(message, call)
+    if message is None or position is None:
+        return None
+    original = message.tool_calls[position]
+    running = calls.edit_of(state.get(calls.HITL_EDITS_KEY), call) or call
+    return None if calls.same_call(original, running) else (original, running)
 
 
 def _check_after_agent_order(own: str) -> None:
