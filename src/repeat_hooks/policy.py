@@ -591,7 +591,7 @@ class Policy(WholeModel):
             template = REFUSAL_MESSAGES[kind]
         if kind is RefusalKind.OPAQUE:
             limit = self.max_opaque_runs
-        return Refusal.model_construct(message=render(template, tool, number, limit), reason=kind)  # valid as built
+        return Refusal(message=render(template, tool, number, limit), reason=kind)
 
     def _event(
         self,
@@ -605,7 +605,7 @@ class Policy(WholeModel):
         message: str | None = None,
     ) -> GuardEvent:
         turn = state.turn
-        event = GuardEvent.model_construct(  # valid as built: no validation on the path of every refusal
+        event = GuardEvent(
             kind=kind,
             reason=reason,
             tool=tool,
