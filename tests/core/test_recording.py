@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import gc
 import gzip
+import hashlib
 import json
 import logging
 import re
@@ -1356,3 +1357,34 @@ def test_a_torn_file_is_continued_in_place_on_a_new_line(tmp_path: Path) -> None
     after.close()
     assert recording_files(tmp_path) == [[before.path]]  # the same file, not another file set
     assert after.path.read_bytes().startswith(torn + b"\n" + b'{"rh":1,"c":"after",')
+
+
+def test_a_digest_is_keyed_blake2b_of_the_text_and_a_line_is_compact_ascii_json() -> None:
+    for key in (b"", b"k" * 16, b"k" * 64):
+        for text in ("", '"order_id"', "x\ud800y", "é" * 300):
+            data = text.encode("utf-8", "surrogatepass")
+            expected = hashlib.blake2b(data, digest_size=8, key=key, person=b"rh-record").hexdigest()
+            assert recording._digest(text, key) == expected
+    line = {"rh": 1, "c": "conv é\ud800", "g": "\u202eagent", "t": 2, "a": {"#rest": "ab"}, "o": ["a", "b"], "x": 1.5}
+    assert recording.line_bytes(line) == (json.dumps(line, separators=(",", ":"), ensure_ascii=True) + "\n").encode()
+
+
+def test_a_line_the_file_takes_in_part_is_written_whole() -> None:
+    class Slow:
+        """A file taking at most 5 bytes a write, then none."""
+
+        def __init__(self, total: int) -> None:
+            self.data, self.total = b"", total
+
+        def write(self, data: bytes) -> int:
+            taken = bytes(data[: min(5, self.total - len(self.data))])
+            self.data += taken
+            return len(taken)
+
+    file = Slow(1000)
+    recording._write_all(file, b"x" * 23 + b"\n")  # type: ignore[arg-type]
+    assert file.data == b"x" * 23 + b"\n"
+    full = Slow(12)
+    with pytest.raises(OSError, match="nothing written"):
+        recording._write_all(full, b"y" * 20)  # type: ignore[arg-type]
+    assert full.data == b"y" * 12

@@ -22,8 +22,8 @@ call with neither a conversation id nor a turn id is not recorded (it could belo
 first one is warned of (``RuntimeWarning``) with the spelling that fixes it.
 
 **The cost**: the recorder runs in the hook call, on the thread that called it (in an async SDK, the event
-loop's), and writes each line to the file there: a blocking ``write`` + ``flush`` (no ``fsync``), two per
-tool call: about 45-85 µs a tool call on this machine (``bench/recording_overhead.py`` prints it).
+loop's), and writes each line to the file there: one blocking unbuffered ``write`` (no ``fsync``), two per
+tool call: about 40-65 µs a tool call on this machine (``bench/recording_overhead.py`` prints it).
 
 **The files**: one writer per file set. The first recorder writing into a folder takes
 ``repeat-hooks.jsonl``, a second process at the same time ``repeat-hooks-2.jsonl``, and so on (each holds an
@@ -109,6 +109,7 @@ import threading
 import warnings
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping
+from json.encoder import encode_basestring
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -124,6 +125,7 @@ from ..call import (
     parsed_arguments,
     plain_value,
 )
+from ..observation import ModelCallDecided, Outage, ToolCallDecided, ToolResultRecorded, TurnStarted
 from ..result import NO_STABLE_FORM, STAND_IN, mask_volatile_tokens, model_view
 
 if TYPE_CHECKING:
@@ -183,10 +185,55 @@ def is_schema_name(name: str) -> bool:
 
 # -- digesting one call ----------------------------------------------------------------------------------
 
+_PERSON = b"rh-record"
+_UNSEEN = object()
+MAX_DEEP_VALUES = 100_000
+"""Values below a top level read for their names: past them, the names read are not all of them (``"*"``)."""
+MAX_NAMES = 4096
+"""Field names a key's digests remember (each name's digest, or that it is not schema-like)."""
+
+
+class _Digests:
+    """The digests of one key: its BLAKE2b state with the key hashed in once (each digest continues a copy of
+    it: the same digest as ``blake2b(text, key=key)``, without hashing the key's block again), and what each
+    field name seen digests to (``None``: not schema-like), up to ``MAX_NAMES`` names."""
+
+    __slots__ = ("_key", "_names", "_start")
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+        try:
+            self._start: hashlib.blake2b | None = hashlib.blake2b(digest_size=8, key=key, person=_PERSON)
+        except ValueError:  # a key BLAKE2b refuses (over 64 bytes: not from ``digest_secret``): each digest raises
+            self._start = None
+        self._names: dict[str, str | None] = {}
+
+    def digest(self, text: str) -> str:
+        data = text.encode("utf-8", "surrogatepass")
+        if self._start is None:
+            return hashlib.blake2b(data, digest_size=8, key=self._key, person=_PERSON).hexdigest()
+        hasher = self._start.copy()
+        hasher.update(data)
+        return hasher.hexdigest()
+
+    def name(self, name: str) -> str | None:
+        """``field_digest(name, key)`` for a schema-like name (``is_schema_name``), else ``None``."""
+        digest = self._names.get(name, _UNSEEN)
+        if digest is _UNSEEN:
+            digest = self.digest(json_text(name)) if is_schema_name(name) else None
+            if len(self._names) >= MAX_NAMES:
+                self._names.clear()
+            self._names[name] = digest
+        return digest  # type: ignore[return-value]  # str | None, never _UNSEEN
+
+
+@functools.lru_cache(maxsize=64)
+def _digests(key: bytes) -> _Digests:
+    return _Digests(key)
+
 
 def _digest(text: str, key: bytes) -> str:
-    data = text.encode("utf-8", "surrogatepass")
-    return hashlib.blake2b(data, digest_size=8, key=key, person=b"rh-record").hexdigest()
+    return _digests(key).digest(text)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -202,24 +249,35 @@ def key_check(key: bytes) -> str:
 
 def _text(value: Any) -> str:
     """A value's canonical JSON, as ``canonical_arguments`` writes it once parsed (never parsing it again)."""
+    kind = type(value)
+    if kind is str:  # what json_text writes of a string, of a bool, of None and of an int, written out
+        return encode_basestring(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if value is None:
+        return "null"
     try:
+        if kind is int:
+            return int.__repr__(value)  # past the int-to-text digit limit: ValueError, as json_text raises
         return json_text(value)
     except (TypeError, ValueError, RecursionError):
         return canonical_json(value, frozenset())
 
 
-def _split(value: Any, key: bytes) -> dict[str, str] | None:
+def _split(value: Any, digests: _Digests) -> dict[str, str] | None:
     """A mapping's canonical text per part, each schema-like field under its name's digest, the others together
     under ``REST``; ``None`` for a value that is no mapping."""
-    plain = plain_value(value)
+    plain = value if type(value) is dict else plain_value(value)
     if not isinstance(plain, Mapping):
         return None
     parts: dict[str, str] = {}
     rest: dict[str, Any] = {}
+    name_digest = digests.name
     for name, child in plain.items():
-        text = key_text(name)
-        if is_schema_name(text):
-            parts[field_digest(text, key)] = _text(child)
+        text = name if type(name) is str else key_text(name)
+        digest = name_digest(text)
+        if digest is not None:
+            parts[digest] = _text(child)
         else:
             rest[text] = child
     if rest:
@@ -227,20 +285,20 @@ def _split(value: Any, key: bytes) -> dict[str, str] | None:
     return parts
 
 
-def _deep_names(value: Any, key: bytes) -> set[str]:
+def _deep_names(value: Any, digests: _Digests) -> set[str]:
     """The digests of the schema-like names below ``value``'s top level (a name ``ignore`` drops there)."""
     names: set[str] = set()
     plain = plain_value(value)
     stack = list(plain.values()) if isinstance(plain, Mapping) else [plain]
     seen = 0
-    while stack and seen < 100_000:
+    while stack and seen < MAX_DEEP_VALUES:
         seen += 1
         item = plain_value(stack.pop())
         if isinstance(item, Mapping):
             for name, child in item.items():
-                text = key_text(name)
-                if is_schema_name(text):
-                    names.add(field_digest(text, key))
+                digest = digests.name(key_text(name))
+                if digest is not None:
+                    names.add(digest)
                 stack.append(child)
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
@@ -251,23 +309,29 @@ def _deep_names(value: Any, key: bytes) -> set[str]:
 
 def digest_arguments(arguments: Any, key: bytes = b"") -> tuple[str | dict[str, str], set[str]]:
     """A call's arguments as digests (per top-level field when a mapping) and the digests of the names below."""
+    return _digest_arguments(arguments, _digests(key))
+
+
+def _digest_arguments(arguments: Any, digests: _Digests) -> tuple[str | dict[str, str], set[str]]:
     try:
         value = parsed_arguments(arguments)
-        parts = _split(value, key)
+        parts = _split(value, digests)
+        deep = _deep_names(value, digests)
         if parts is not None:
-            return {name: _digest(text, key) for name, text in parts.items()}, _deep_names(value, key)
-        return _digest(_text(value), key), _deep_names(value, key)
+            digest = digests.digest
+            return {name: digest(text) for name, text in parts.items()}, deep
+        return digests.digest(_text(value)), deep
     except Exception:  # a hostile value: its canonical text is all that is safe; its names are unknown
-        return _digest(canonical_arguments(arguments), key), {"*"}
+        return digests.digest(canonical_arguments(arguments)), {"*"}
 
 
-def _outcome_part(text: str, key: bytes) -> str | list[str]:
+def _outcome_part(text: str, digests: _Digests) -> str | list[str]:
     if '"<' in text and STAND_IN.search(text):
         return "?"
     masked = mask_volatile_tokens(text)
     if masked == text:
-        return _digest(text, key)
-    return [_digest(masked, key), _digest(text, key)]
+        return digests.digest(text)
+    return [digests.digest(masked), digests.digest(text)]
 
 
 def digest_result(result: Any, key: bytes = b"") -> tuple[Any, set[str]]:
@@ -275,16 +339,22 @@ def digest_result(result: Any, key: bytes = b"") -> tuple[Any, set[str]]:
 
     The text digested is the one ``outcome_digest`` digests (a JSON text parsed, any other value as pydantic
     writes it for a model)."""
+    return _digest_result(result, _digests(key))
+
+
+def _digest_result(result: Any, digests: _Digests) -> tuple[Any, set[str]]:
     try:
-        value = parsed_arguments(result) if type(result) is str else model_view(result)
+        kind = type(result)
+        value = parsed_arguments(result) if kind is str else model_view(result)
         if value is NO_STABLE_FORM:
             return "?", set()
-        if type(result) is not str:
+        if kind is not str:
             value = parsed_arguments(value)
-        parts = _split(value, key)
+        parts = _split(value, digests)
+        deep = _deep_names(value, digests)
         if parts is not None:
-            return {name: _outcome_part(text, key) for name, text in parts.items()}, _deep_names(value, key)
-        return _outcome_part(_text(value), key), _deep_names(value, key)
+            return {name: _outcome_part(text, digests) for name, text in parts.items()}, deep
+        return _outcome_part(_text(value), digests), deep
     except Exception:
         return "?", {"*"}
 
@@ -299,11 +369,11 @@ def _head(conversation: Conversation, **fields: Any) -> dict[str, Any]:
 
 
 def _call_line(
-    conversation: Conversation, turn: int, response: int, order: int, call: Any, key: bytes, refused: str | None
+    conversation: Conversation, turn: int, response: int, order: int, call: Any, digests: _Digests, refused: str | None
 ) -> tuple[dict[str, Any], set[str]]:
     """A decided call's line and the digests of its arguments' deep names (``call``: ``name``, ``arguments``,
     ``read_only``)."""
-    arguments, deep = digest_arguments(call.arguments, key)
+    arguments, deep = _digest_arguments(call.arguments, digests)
     line = _head(conversation, t=turn, r=response, i=order, n=call.name, a=arguments)
     if type(call.read_only) is bool:  # anything else is no hint (as ``ToolCall`` takes it)
         line["ro"] = call.read_only
@@ -313,10 +383,10 @@ def _call_line(
 
 
 def _outcome_line(
-    conversation: Conversation, turn: int, order: int, ok: bool, result: Any, key: bytes
+    conversation: Conversation, turn: int, order: int, ok: bool, result: Any, digests: _Digests
 ) -> tuple[dict[str, Any], set[str]]:
     """Call ``order``'s outcome line and the digests of its result's deep names."""
-    outcome, deep = digest_result(result, key)
+    outcome, deep = _digest_result(result, digests)
     return _head(conversation, t=turn, i=order, ok=bool(ok), o=outcome), deep
 
 
@@ -328,16 +398,17 @@ def trajectory_lines(trajectory: Trajectory, key: bytes = b"") -> Iterator[Line]
     """A full trajectory as the lines a live recording of it holds (``DigestRecorder.write_trajectory`` writes
     them; ``as_digests`` reads them back)."""
     conversation: Conversation = (trajectory.id, None)
+    digests, check = _digests(key), key_check(key)
     order = 0
     for number, turn in enumerate(trajectory.turns, start=1):
-        yield _head(conversation, t=number, k=key_check(key)), set(), set()
+        yield _head(conversation, t=number, k=check), set(), set()
         for response_number, response in enumerate(turn, start=1):
             yield _head(conversation, t=number, m=response_number), set(), set()
             for call in response:
                 order += 1
-                line, deep_arguments = _call_line(conversation, number, response_number, order, call, key, None)
+                line, deep_arguments = _call_line(conversation, number, response_number, order, call, digests, None)
                 yield line, deep_arguments, set()
-                outcome, deep_results = _outcome_line(conversation, number, order, call.ok, call.result, key)
+                outcome, deep_results = _outcome_line(conversation, number, order, call.ok, call.result, digests)
                 yield outcome, set(), deep_results
         if turn:  # the model call that answered, as a live recording has it
             yield _head(conversation, t=number, m=len(turn) + 1), set(), set()
@@ -352,10 +423,11 @@ class DigestRecorder:
     """An observer writing what the guards in this process decide, as digests (see the module's docstring).
 
     It runs in the hook call that told the guard (on the event loop's thread in an async SDK) and writes there:
-    a blocking file write (flushed, not synced) per line, two lines per tool call. That costs about 45 µs per
-    tool call for small arguments, 85 µs for typical ones (3x and 4.4x the call's decision without a recorder;
-    mostly digesting, about 5 µs per line written: ``bench/recording_overhead.py``), and more when the disk
-    stalls: the agent's loop waits for it. ``folder`` is created if missing. The file rotates past
+    a blocking file write (unbuffered, not synced) per line, two lines per tool call. That costs about 40 µs
+    per tool call for small arguments, 65 µs for typical ones (5x and 6x the tool call without a recorder,
+    fresh objects each call: ``bench/recording_overhead.py``; about 12 µs of it any observer costs the hooks,
+    the rest digesting and about 3 µs per line written), and more when the disk stalls: the agent's loop waits
+    for it. ``folder`` is created if missing. The file rotates past
     ``max_bytes``, keeping ``backups`` older files (``None``: it never rotates). ``digest_key`` (bytes or
     text, at least 16 bytes) keys every digest. Safe across threads and tasks (one lock around each line); a
     write that fails is logged (once per run of failures), never raised into the agent.
@@ -380,6 +452,8 @@ class DigestRecorder:
         self.max_bytes = max_bytes
         self.backups = backups
         self._key = digest_secret(secret)
+        self._digests = _digests(self._key)
+        self._check = key_check(self._key)
         self._lock = threading.Lock()
         self._remove: Callable[[], None] | None = None
         self._order = 0
@@ -451,27 +525,24 @@ class DigestRecorder:
 
     def __call__(self, seen: observe.Observation) -> None:
         """Called after each fresh decision or record is committed (``observe.Observation``), in the hook call."""
-        if isinstance(seen, observe.Outage):
+        if isinstance(seen, Outage):
             return  # no decision of the policy: nothing to replay
-        conversation = self._conversation(seen.where)
+        where = seen.where
+        conversation = self._conversation(where)
         if conversation is None:
             return
-        turn = seen.where.turn
-        if isinstance(seen, observe.TurnStarted):
-            self._write((_head(conversation, t=turn, k=key_check(self._key)), set(), set()))
-        elif isinstance(seen, observe.ModelCallDecided):
-            if seen.stop is None:
-                self._write((_head(conversation, t=turn, m=seen.where.response), set(), set()))
-        elif isinstance(seen, observe.ToolCallDecided):
+        turn = where.turn
+        if isinstance(seen, ToolCallDecided):
+            refusal = seen.refusal
             with self._lock:
                 self._order += 1
                 order = self._order
-                if seen.refusal is None:  # its outcome, if told, names this order
+                if refusal is None:  # its outcome, if told, names this order
                     self._wait(_call_ident(conversation, turn, seen.call), order)
-            refused = None if seen.refusal is None else seen.refusal.reason
-            line, deep = _call_line(conversation, turn, seen.where.response, order, seen.call, self._key, refused)
+            refused = None if refusal is None else refusal.reason
+            line, deep = _call_line(conversation, turn, where.response, order, seen.call, self._digests, refused)
             self._write((line, deep, set()))
-        elif isinstance(seen, observe.ToolResultRecorded):
+        elif isinstance(seen, ToolResultRecorded):
             ident = _call_ident(conversation, turn, seen.call)
             with self._lock:
                 waiting = self._pending.get(ident)
@@ -481,8 +552,12 @@ class DigestRecorder:
                 self._waiting -= 1
                 if not waiting:
                     del self._pending[ident]
-            line, deep = _outcome_line(conversation, turn, order, seen.ok, seen.result, self._key)
+            line, deep = _outcome_line(conversation, turn, order, seen.ok, seen.result, self._digests)
             self._write((line, set(), deep))
+        elif isinstance(seen, TurnStarted):
+            self._write((_head(conversation, t=turn, k=self._check), set(), set()))
+        elif isinstance(seen, ModelCallDecided) and seen.stop is None:
+            self._write((_head(conversation, t=turn, m=where.response), set(), set()))
 
     def _wait(self, ident: tuple[Conversation, int, str], order: int) -> None:
         """Keep ``order`` waiting for the outcome of call ``ident``, within ``MAX_WAITING_PER_CALL``,
@@ -540,12 +615,11 @@ class DigestRecorder:
             try:
                 file = self._open()
                 data, names = self._bytes(body, conversation, deep_arguments, deep_results)
-                if self.max_bytes is not None and file.tell() and file.tell() + len(data) > self.max_bytes:
+                if self.max_bytes is not None and (size := file.tell()) > 0 and size + len(data) > self.max_bytes:
                     self._rotate()  # the new file must name the deep names again
                     file = self._open()
                     data, names = self._bytes(body, conversation, deep_arguments, deep_results)
-                file.write(data)
-                file.flush()  # handed to the OS before the hook returns (not synced to the disk)
+                _write_all(file, data)  # handed to the OS before the hook returns (not synced to the disk)
             except OSError as error:
                 self._close()  # opened again, and the path checked again, at the next line
                 if strict:
@@ -565,15 +639,22 @@ class DigestRecorder:
         """The line's bytes with the deep names this file has not named for the conversation, and its names."""
         if not deep_arguments and not deep_results:
             return line_bytes(body), None
-        names = self._names.setdefault(conversation, (set(), set()))
-        self._names.move_to_end(conversation)
-        while len(self._names) > MAX_CONVERSATIONS:
-            self._names.popitem(last=False)
+        names = self._names.get(conversation)
+        if names is None:
+            names = self._names[conversation] = (set(), set())
+            while len(self._names) > MAX_CONVERSATIONS:
+                self._names.popitem(last=False)
+        else:
+            self._names.move_to_end(conversation)
+        new_arguments = deep_arguments - names[0] if deep_arguments else deep_arguments
+        new_results = deep_results - names[1] if deep_results else deep_results
+        if not new_arguments and not new_results:
+            return line_bytes(body), names
         line = dict(body)
-        if deep_arguments - names[0]:
-            line["da"] = sorted(deep_arguments - names[0])
-        if deep_results - names[1]:
-            line["dr"] = sorted(deep_results - names[1])
+        if new_arguments:
+            line["da"] = sorted(new_arguments)
+        if new_results:
+            line["dr"] = sorted(new_results)
         return line_bytes(line), names
 
     def _open(self) -> BinaryIO:
@@ -589,7 +670,7 @@ class DigestRecorder:
         if file.tell():
             file.seek(-1, os.SEEK_END)
             if file.read(1) != b"\n":  # a torn last line (a crash mid-write): start a new one
-                file.write(b"\n")
+                _write_all(file, b"\n")
         self._file = file
         return file
 
@@ -624,8 +705,9 @@ class DigestRecorder:
         raise OSError(f"{MAX_WRITERS} writers already record into {self.folder}")
 
     def _own(self, path: Path) -> BinaryIO:
-        """``path`` opened to append (created if missing), never through a link (``open_own``)."""
-        return os.fdopen(open_own(path, os.O_RDWR | os.O_APPEND | os.O_CREAT), "ab+")
+        """``path`` opened to append (created if missing), never through a link (``open_own``), unbuffered: a
+        line is one ``write`` of the file, nothing kept back to flush."""
+        return os.fdopen(open_own(path, os.O_RDWR | os.O_APPEND | os.O_CREAT), "ab+", buffering=0)
 
     def _skip(self, error: ForeignFile) -> None:
         """Warn, once a path, of a file set passed over for a file that is not its own."""
@@ -704,14 +786,33 @@ def open_own(path: Path, flags: int) -> int:
     return descriptor
 
 
+def _write_all(file: BinaryIO, data: bytes) -> None:
+    """``data`` written to the unbuffered ``file``: one ``write`` (a regular file takes it whole), again for
+    the rest if it took part of it (as a buffered file's ``flush`` does); ``OSError`` if it took nothing."""
+    written = file.write(data)
+    while written != len(data):
+        if not written:
+            raise OSError(errno.EIO, f"nothing written of {len(data)} bytes")
+        data = data[written:]
+        written = file.write(data)
+
+
+_LINE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
+"""A line's encoder, built once (``json.dumps`` with keywords builds one a call)."""
+
+
 def line_bytes(line: dict[str, Any]) -> bytes:
-    return (json.dumps(line, separators=(",", ":"), ensure_ascii=True) + "\n").encode("ascii")
+    """A line as written: its compact ASCII JSON and a line break."""
+    return (_LINE.encode(line) + "\n").encode("ascii")
+
+
+_NO_FIELDS: frozenset[str] = frozenset()
 
 
 def _call_ident(conversation: Conversation, turn: int, call: Any) -> tuple[Conversation, int, str]:
     """Which decided calls an outcome may belong to: the same tool and arguments in the same turn (the first
     one waiting takes it; a call id would not do: the policy names a batch's calls without one ``#0``...)."""
-    text = f"{call.name}\x00{canonical_arguments(call.arguments)}".encode("utf-8", "surrogatepass")
+    text = f"{call.name}\x00{canonical_arguments(call.arguments, _NO_FIELDS)}".encode("utf-8", "surrogatepass")
     return conversation, turn, hashlib.blake2b(text, digest_size=16).hexdigest()
 
 
