@@ -9,6 +9,7 @@ are one call. The key is a digest: the guard's state never holds argument values
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import json.encoder
@@ -48,7 +49,7 @@ def json_text(value: Any) -> str:
 _CYCLE = '"<cycle>"'
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, init=False)
 class ToolCall:
     """One call the model asked for.
 
@@ -73,22 +74,44 @@ class ToolCall:
     destructive: bool | None = None
     idempotent: bool | None = None
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        name: str,
+        arguments: Any = None,
+        *,
+        call_id: str | None = None,
+        read_only: bool | None = None,
+        destructive: bool | None = None,
+        idempotent: bool | None = None,
+    ) -> None:
+        # Written out, not the dataclass's own __init__: one write of the instance's dict instead of six frozen
+        # setattrs and a __post_init__ (an adapter builds one a call: half the cost).
         # The state keeps names and ids as text: an int id must not come back as another value, and a lone
         # surrogate must not make the state unwritable.
-        name = self.name
         if type(name) is not str or not name.isascii() or len(name) > MAX_NAME_CHARS:
-            object.__setattr__(self, "name", as_text(name))
-        call_id = self.call_id
+            name = as_text(name)
         if call_id is not None and (type(call_id) is not str or not call_id.isascii() or len(call_id) > MAX_NAME_CHARS):
-            object.__setattr__(self, "call_id", as_text(call_id))
-        # A hint that is not an explicit True or False is unknown (written out: a loop costs more than the three).
-        if self.read_only is not None and type(self.read_only) is not bool:
-            object.__setattr__(self, "read_only", None)
-        if self.destructive is not None and type(self.destructive) is not bool:
-            object.__setattr__(self, "destructive", None)
-        if self.idempotent is not None and type(self.idempotent) is not bool:
-            object.__setattr__(self, "idempotent", None)
+            call_id = as_text(call_id)
+        # A hint that is not an explicit True or False is unknown.
+        if read_only is not None and type(read_only) is not bool:
+            read_only = None
+        if destructive is not None and type(destructive) is not bool:
+            destructive = None
+        if idempotent is not None and type(idempotent) is not bool:
+            idempotent = None
+        self.__dict__.update(
+            name=name,
+            arguments=arguments,
+            call_id=call_id,
+            read_only=read_only,
+            destructive=destructive,
+            idempotent=idempotent,
+        )
+
+
+for _default in ("arguments", "call_id", "read_only", "destructive", "idempotent"):
+    delattr(ToolCall, _default)  # the fields keep their defaults; a class attribute would slow every read
+del _default
 
 
 def as_text(value: Any) -> str:
@@ -171,8 +194,21 @@ def call_key(
     guesses of the arguments against it. Without one, a short or guessable argument (a PIN, a date) can be
     recovered from the digest by trying every candidate.
     """
-    text = f"{name}\x00{canonical_arguments(arguments, ignore)}" if by_arguments else name
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16, key=key).hexdigest()
+    return keyed_digest(f"{name}\x00{canonical_arguments(arguments, ignore)}" if by_arguments else name, key, 16)
+
+
+def keyed_digest(text: str, key: bytes, size: int) -> str:
+    """``blake2b(text, digest_size=size, key=key).hexdigest()`` (text as UTF-8, lone surrogates kept), continuing a
+    copy of the key's hasher instead of hashing the key's block again: what every call key and outcome digest is."""
+    hasher = _hasher(key, size).copy()
+    hasher.update(text.encode("utf-8", "surrogatepass"))
+    return hasher.hexdigest()
+
+
+@functools.lru_cache(maxsize=32)
+def _hasher(key: bytes, size: int) -> hashlib.blake2b:
+    """BLAKE2b of ``size`` bytes keyed with ``key``, nothing hashed yet (a key BLAKE2b refuses raises here)."""
+    return hashlib.blake2b(digest_size=size, key=key)
 
 
 def parsed_arguments(arguments: Any) -> Any:

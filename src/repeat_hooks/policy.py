@@ -291,8 +291,7 @@ class Policy(WholeModel):
         it is found by its ``call_id``, or, for calls without one or sharing one, by its tool and arguments, each
         batch decision taken once, in order.
         """
-        self._check_key(state)
-        turn = _turn_of(state, turn_id)
+        turn = self._turn(state, turn_id)
         turn.batch = -1  # decided afresh, not looked up in an earlier batch of this response
         decisions = []
         for index, (call, ident) in enumerate(zip(calls, batch_call_ids(calls), strict=True)):
@@ -308,8 +307,7 @@ class Policy(WholeModel):
         batch by ``decide_tool_calls``) returns the first decision without counting again. A ``turn_id``
         other than the current one starts that turn first.
         """
-        self._check_key(state)
-        turn = _turn_of(state, turn_id)
+        turn = self._turn(state, turn_id)
         if turn.batch == turn.responses:  # this response's calls were decided as a batch: find this one's
             found = self._from_batch(state, turn, call)
             if found is not None:
@@ -336,8 +334,7 @@ class Policy(WholeModel):
         An outcome delivered twice is recorded once: by ``delivery_id`` when the runtime delivers outcomes
         separately from their calls (a hook call per activity), else by the ``call_id`` its decision saw.
         """
-        self._check_key(state)
-        turn = _turn_of(state, turn_id)
+        turn = self._turn(state, turn_id)
         if delivery_id is not None and _seen_before(state, delivery_id):
             return
         ok = _as_ok(ok)
@@ -360,8 +357,7 @@ class Policy(WholeModel):
         Found by its ``call_id`` in this response (as its decision saw it); without an id, the call's key is
         marked. A refused call, or one whose outcome was recorded, is left as it is.
         """
-        self._check_key(state)
-        turn = _turn_of(state, turn_id)
+        turn = self._turn(state, turn_id)
         found = _settle(state, turn, call)
         if found is False or call.name in self.exempt or self.count != "progress":
             return  # per turn: a rejected call counts as the call it was
@@ -379,11 +375,10 @@ class Policy(WholeModel):
         cost. Once a turn has stopped, every later call returns the same ``Stop``. Each call let through starts a
         new model response (for counting refusals per response, and for scoping call ids).
         """
-        self._check_key(state)
-        turn = _turn_of(state, turn_id)
+        turn = self._turn(state, turn_id)
         if turn.stop is not None:
             return turn.stop
-        for rule, limit in self.__pydantic_private__["_rules"]:  # type: ignore[index]  # as in _check_key
+        for rule, limit in self.__pydantic_private__["_rules"]:  # type: ignore[index]  # as in _turn
             value = getattr(turn, rule.counter)
             reason = rule.reason
             if reason is StopReason.IGNORED_REFUSALS:
@@ -424,8 +419,7 @@ class Policy(WholeModel):
         ones, and totals past the largest float, count as the largest float (any budget trips), so the
         state stays finite and serializable.
         """
-        self._check_key(state)
-        turn = _turn_of(state, turn_id)
+        turn = self._turn(state, turn_id)
         if delivery_id is not None and _seen_before(state, delivery_id):
             return
         turn.model_calls += 1
@@ -484,7 +478,7 @@ class Policy(WholeModel):
                 counting.continue_cycle(self, turn, period)
         if scoped is not None:
             why = kind.value if refused else ""
-            state.remember(scoped, Delivery(name, key, number, refused, False, why))  # by position: see Delivery
+            state.remember_decision(scoped, name, key, number, refused, why)
         if not refused:
             return None, None
         turn.refusals += 1
@@ -539,14 +533,14 @@ class Policy(WholeModel):
         if not ok and not self.count_failures:
             counting.uncount(self, turn, key)
         if progress:
-            secret = self.__pydantic_private__["_secret"]  # type: ignore[index]  # as in _check_key
+            secret = self.__pydantic_private__["_secret"]  # type: ignore[index]  # as in _turn
             counting.record_progress(self, turn, call, key, ok, result, secret)
 
     def _answered(self, turn: Turn, answer: Any) -> None:
         """The model answered ``answer`` in this response: the same answer as in the response before counts one
         more in a row (no tool call can have come between), anything else starts again at 1."""
         text = answer.strip() if type(answer) is str else as_text(answer)
-        secret = self.__pydantic_private__["_secret"]  # type: ignore[index]  # as in _check_key
+        secret = self.__pydantic_private__["_secret"]  # type: ignore[index]  # as in _turn
         digest = outcome_digest(True, text, key=secret)
         if digest == turn.answer and turn.answered_in == turn.responses - 1:
             turn.same_answers += 1
@@ -554,12 +548,19 @@ class Policy(WholeModel):
             turn.answer, turn.same_answers = digest, 1
         turn.answered_in = turn.responses
 
+    def _turn(self, state: GuardState, turn_id: str | None) -> Turn:
+        """What every verb starts with: ``state`` checked against this policy's digest key (``_check_key``), and
+        the turn the call falls in (``_turn_of``); the usual case (the key checked already, no turn id) costs
+        two reads."""
+        # The private attributes are read from pydantic's dict: its __getattr__ costs a microsecond a read.
+        if state.key_id != self.__pydantic_private__["_secret_id"]:  # type: ignore[index]
+            self._check_key(state)
+        return state.turn if turn_id is None else _turn_of(state, turn_id)
+
     def _check_key(self, state: GuardState) -> None:
         """A state first met under this policy's ``digest_key``: take it if it holds no digests yet, else refuse
-        it loudly (its digests were made under another key, or none, and would never match again)."""
-        # The private attributes are read from pydantic's dict: its __getattr__ costs a microsecond a read.
-        if state.key_id == self.__pydantic_private__["_secret_id"]:  # type: ignore[index]
-            return
+        it loudly (its digests were made under another key, or none, and would never match again). Called by
+        ``_turn`` when the state's key is not this policy's."""
         turn = state.turn
         if turn.counts or turn.marks or turn.runs or any(delivery.key for delivery in state.deliveries.values()):
             have = "no digest_key" if state.key_id is None else "another digest_key"
@@ -578,7 +579,7 @@ class Policy(WholeModel):
             call.arguments,
             by_arguments=by_arguments,
             ignore=self.ignore_arguments,
-            key=self.__pydantic_private__["_secret"],  # type: ignore[index]  # as in _check_key
+            key=self.__pydantic_private__["_secret"],  # type: ignore[index]  # as in _turn
         )
 
     def _refusal(self, tool: str, number: int, kind: RefusalKind) -> Refusal:
@@ -699,6 +700,8 @@ def _kind(value: Any) -> str:
 
 def _as_figure(value: Any, name: str) -> float:
     """A recorded figure as a float >= 0 (see ``record_model_call``); a bad one is logged and counts as 0."""
+    if type(value) is float and 0.0 <= value <= _LARGEST:  # what SDKs report: taken as it is (NaN fails both)
+        return value
     try:
         amount = float(value)
     except OverflowError:  # an int past the largest float: any budget trips

@@ -39,7 +39,7 @@ from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from .call import canonical_arguments, json_text
+from .call import canonical_arguments, json_text, keyed_digest
 
 UNKNOWN_OUTCOME = "?"
 """The outcome of a run whose result has no stable form: never the same as another."""
@@ -249,8 +249,7 @@ def outcome_digest(
         return UNKNOWN_OUTCOME  # a stand-in for an object canonical_arguments could not write
     if mask_volatile:
         text = mask_volatile_tokens(text)
-    text = f"{'ok' if ok else 'failed'}\x00{text}"
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8, key=key).hexdigest()
+    return keyed_digest(f"{'ok' if ok else 'failed'}\x00{text}", key, 8)
 
 
 def error_text(error: BaseException) -> str:

@@ -412,8 +412,16 @@ class GuardState(WholeModel):
     def remember(self, delivery_id: str, delivery: Delivery) -> None:
         """Keep ``delivery`` under ``delivery_id`` (a call's is scoped to its response; an outcome's or a model
         call's is ``SEEN``), forgetting the oldest past ``MAX_DELIVERIES``."""
-        packed = self.deliveries._packed  # its texts, written at once: this is on the path of every call with an id
-        packed[delivery_id] = _pack(delivery)
+        self._keep(delivery_id, _pack(delivery))
+
+    def remember_decision(self, delivery_id: str, tool: str, key: str, number: int, refused: bool, why: str) -> None:
+        """``remember(delivery_id, Delivery(tool, key, number, refused, False, why))`` for a call decided now, its
+        text written at once, no ``Delivery`` built: it is on the path of every call with an id."""
+        self._keep(delivery_id, f"{1 if refused else 0}{number}:{why}:{key}:{tool}")
+
+    def _keep(self, delivery_id: str, text: str) -> None:
+        packed = self.deliveries._packed
+        packed[delivery_id] = text
         if len(packed) > MAX_DELIVERIES:
             del packed[next(iter(packed))]
 
