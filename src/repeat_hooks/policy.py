@@ -440,28 +440,30 @@ class Policy(WholeModel):
             seen = state.deliveries.get(scoped)
             if seen is not None and seen.tool == call.name and not seen.settled and seen.key == self._key(call):
                 return self._refusal(seen.tool, seen.number, RefusalKind(seen.why)) if seen.refused else None
-        refusal, event = self._decide(state, turn, call, scoped)
+        refusal, event, key = self._decide(state, turn, call, scoped)
         if state.news is not None:
             calls = max(turn.model_calls, 1)  # no model call yet: both figures are 0
             seconds, cost = turn.model_seconds / calls, turn.cost_usd / calls
             stopped = None if turn.stop is None else turn.stop.reason
-            decided = ToolCallDecided(_position(turn), given, self._key(call), refusal, event, seconds, cost, stopped)
+            key = self._key(call) if key is None else key
+            decided = ToolCallDecided(_position(turn), given, key, refusal, event, seconds, cost, stopped)
             state.news.append(decided)
         return refusal
 
     def _decide(
         self, state: GuardState, turn: Turn, call: ToolCall, scoped: str | None
-    ) -> tuple[Refusal | None, GuardEvent | None]:
-        """A call not decided before in this response: decide and count it; the refusal's event, if any."""
+    ) -> tuple[Refusal | None, GuardEvent | None, str | None]:
+        """A call not decided before in this response: decide and count it; the refusal's event, if any, and the
+        call's key where it was computed (``None`` for a call not counted)."""
         name = call.name
         if name in self.exempt:
-            return None, None
+            return None, None, None
         if turn.stop is not None:
             message = TURN_ENDED.format(reason=turn.stop.reason.value)
-            return Refusal(message=message, reason=RefusalKind.TURN_ENDED), None
+            return Refusal(message=message, reason=RefusalKind.TURN_ENDED), None, None
         limit = self.limits.get(name, self.max_calls)
         if limit is None:
-            return None, None
+            return None, None, None
         key = self._key(call)
         if self.count == "per_turn":
             number = counting.count(self, turn, key, restart=False)
@@ -480,13 +482,13 @@ class Policy(WholeModel):
             why = kind.value if refused else ""
             state.remember_decision(scoped, name, key, number, refused, why)
         if not refused:
-            return None, None
+            return None, None, key
         turn.refusals += 1
         if turn.refused_in != turn.responses:
             turn.refused_in = turn.responses
             turn.refused_responses += 1
         turn.last_refused = name
-        return self._refusal(name, number, kind), self._event(state, "refusal", kind, name, number, limit)
+        return self._refusal(name, number, kind), self._event(state, "refusal", kind, name, number, limit), key
 
     def _from_batch(self, state: GuardState, turn: Turn, call: ToolCall) -> tuple[Refusal | None] | None:
         """This call's decision from the batch of this response: ``(decision,)``, or ``None`` if the batch did
