@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 ADAPTERS := $(sort $(dir $(wildcard adapters/*/pyproject.toml)))
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-pythons test-adk-oldest mutate demo deploy-demo lint typecheck bench clean
+.PHONY: test node-clis test-pythons test-adk-oldest mutate demo deploy-demo lint typecheck bench clean
 
 $(STAMP): pyproject.toml $(wildcard adapters/*/pyproject.toml)
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found (Python >= 3.12 is needed); set PYTHON=..." >&2; exit 1; }
@@ -22,7 +22,22 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy src $(foreach a,$(ADAPTERS),$(a)src)
 
-test: lint typecheck
+# The real coding CLIs the adapters' tests drive offline (tests/adapters/gemini_cli, codex): pinned, from npm, into
+# the git-ignored .cache/node_cli (Node >= 20 and npm on the PATH); the stamp names the versions, so a new pin
+# reinstalls. The tests look there (REPEAT_HOOKS_NODE_CLI names another folder).
+NODE_CLIS := @google/gemini-cli@0.61.0 @openai/codex@0.169.0
+NODE_CLI_DIR := .cache/node_cli
+NODE_CLI_STAMP := $(NODE_CLI_DIR)/.installed-$(subst /,_,$(subst @,,$(subst $() ,+,$(NODE_CLIS))))
+
+node-clis: $(NODE_CLI_STAMP)
+
+$(NODE_CLI_STAMP):
+	@command -v npm >/dev/null 2>&1 || { echo "make: npm not found (Node >= 20 is needed for the coding CLIs' tests)" >&2; exit 1; }
+	rm -f $(NODE_CLI_DIR)/.installed-*
+	npm install --prefix $(NODE_CLI_DIR) --no-audit --no-fund --loglevel=error $(NODE_CLIS)
+	touch $@
+
+test: lint typecheck node-clis
 	$(BIN)/python -m pytest
 
 # The core claims Python 3.10-3.13: `make test-pythons` type-checks (mypy --python-version X.Y) and runs the
@@ -67,7 +82,8 @@ test-adk-oldest: .venv-adk-oldest/.installed
 	touch $@
 
 # Mutation testing of the core (not in CI; an hour or more): mutmut mutates src/repeat_hooks (all but stores/redis.py, whose
-# tests need a server, and the console script offline/cli.py, whose tests run it in a child process: [tool.mutmut] in
+# tests need a server, the console script offline/cli.py and console.py, whose tests run it in a child process, and
+# kit/fake_messages.py and fake_models.py, test servers: [tool.mutmut] in
 # pyproject.toml), runs tests/core against each mutant in mutants/, and
 # prints the survivors and the kill rate. `.venv/bin/mutmut show NAME` shows one mutant's diff.
 MUTATE_JOBS ?= 2
@@ -93,4 +109,4 @@ bench: $(STAMP)
 	for script in bench/*.py; do [ "$$script" = bench/interleave.py ] && continue; $(BIN)/python $$script || exit 1; done
 
 clean:
-	rm -rf $(VENV) .venv-* mutants .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-* .cache mutants .mypy_cache .pytest_cache .ruff_cache

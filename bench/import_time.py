@@ -1,18 +1,20 @@
-"""What ``import repeat_hooks`` costs a fresh process (every hook process of a coding CLI pays it), side by side.
+"""What importing repeat_hooks costs a fresh process (every hook process of a coding CLI pays it), side by side.
 
-Three commands, each run in a fresh subprocess of this interpreter (``sys.executable``) and timed by the wall
+Five commands, each run in a fresh subprocess of this interpreter (``sys.executable``) and timed by the wall
 clock from start to exit: ``python -c "pass"`` (interpreter start-up: the floor), ``python -c "from pydantic
-import BaseModel"`` (pydantic's own import: the core's models are pydantic, so what it cannot go under) and
-``python -c "import repeat_hooks"``. They run interleaved (``interleave.py``: each round rotates which goes
-first), ``RUNS`` rounds after one warm-up round (which also writes any missing bytecode, so "cold" means a
-fresh interpreter, not a cold disk). Printed: the medians in ms, the import's own cost (median minus
-start-up), and ratios (medians of per-round ratios).
+import BaseModel"`` (pydantic's own import: the core's models are pydantic, so what a decision cannot go under),
+``ONE_MODEL`` (pydantic with one model: what any pydantic program pays, the fair floor),
+``python -c "import repeat_hooks"`` (the front door alone: lazy, it loads a name's module when the name is first
+asked for) and ``DECISION``, what a process that decides imports. They run interleaved (``interleave.py``: each
+round rotates which goes first), ``RUNS`` rounds after one warm-up round (which also writes any missing bytecode,
+so "cold" means a fresh interpreter, not a cold disk). Printed: the medians in ms, the import's own cost (median
+minus start-up), and ratios (medians of per-round ratios).
 
-Then, from one ``python -X importtime -c "import repeat_hooks"``: where the import's time goes (self time
-summed by top-level package; ``-X importtime`` adds its own overhead), and from one more subprocess, what
-``import repeat_hooks`` adds to ``sys.modules``: the package's submodules (and which are left unloaded), the
-third-party packages, and whether OpenTelemetry or an offline tool (``OFFLINE``) got loaded: the hook path
-should load neither. Target (issue 28): at most 100 ms for what a hook process loads.
+Then, from one ``python -X importtime -c DECISION``: where the import's time goes (self time summed by top-level
+package; ``-X importtime`` adds its own overhead), and from one more subprocess, what it adds to ``sys.modules``:
+the package's submodules (and which are left unloaded), the third-party packages, and whether OpenTelemetry or an
+offline tool (``OFFLINE``) got loaded: a decision should load neither. Target (issue 28): at most 100 ms for what a
+hook process loads.
 
     .venv/bin/python bench/import_time.py
 """
@@ -31,11 +33,23 @@ from pathlib import Path
 from interleave import interleave, median_ratio
 
 RUNS = 15
-COMMANDS = {"python": "pass", "pydantic": "from pydantic import BaseModel", "repeat_hooks": "import repeat_hooks"}
+DECISION = "from repeat_hooks import StopRepeatedCalls, ToolCall"
+"""What a process that decides imports (the front door itself is lazy: ``import repeat_hooks`` loads no model)."""
+ONE_MODEL = "from pydantic import BaseModel\nclass M(BaseModel):\n    x: int\nM(x=1)"
+"""A program with one pydantic model, validated once: what any pydantic code pays (pydantic loads most of itself when
+the first model is built, not at ``from pydantic import BaseModel``)."""
+COMMANDS = {
+    "python": "pass",
+    "pydantic": "from pydantic import BaseModel",
+    "one model": ONE_MODEL,
+    "repeat_hooks": "import repeat_hooks",
+    "decision": DECISION,
+}
 OFFLINE = ("repeat_hooks.offline", "repeat_hooks.kit.conformance", "repeat_hooks.__main__")  # and what is below
 LOADED = """
 import json, sys
 before = set(sys.modules)
+from repeat_hooks import StopRepeatedCalls, ToolCall
 import repeat_hooks
 print(json.dumps({"added": sorted(set(sys.modules) - before), "path": list(repeat_hooks.__path__)}))
 """
@@ -62,10 +76,12 @@ def timings() -> None:
     print(f"fresh-process wall time, median of {RUNS} interleaved rounds ({sys.executable}):")
     for name, code in COMMANDS.items():
         own = f"  (import alone {medians[name] - medians['python']:6.1f} ms)" if name != "python" else ""
-        print(f"  python -c {code!r:34s} {medians[name]:6.1f} ms{own}")
+        shown = f"python -c {code!r}" if "\n" not in code else "python -c <one pydantic model, validated once>"
+        print(f"  {shown:66s} {medians[name]:6.1f} ms{own}")
     print(
-        f"  repeat_hooks / pydantic {median_ratio(times['repeat_hooks'], times['pydantic']):.2f}x, "
-        f"repeat_hooks / python {median_ratio(times['repeat_hooks'], times['python']):.2f}x, "
+        f"  a decision's imports / pydantic with one model {median_ratio(times['decision'], times['one model']):.2f}x,"
+        f" / pydantic's import {median_ratio(times['decision'], times['pydantic']):.2f}x, "
+        f"import repeat_hooks / python {median_ratio(times['repeat_hooks'], times['python']):.2f}x, "
         f"pydantic / python {median_ratio(times['pydantic'], times['python']):.2f}x"
     )
 
@@ -81,10 +97,10 @@ def import_times(code: str) -> dict[str, int]:
 
 
 def self_times() -> None:
-    """Self time of what ``import repeat_hooks`` imports beyond start-up, by top-level package."""
+    """Self time of what a decision's imports load beyond start-up, by top-level package."""
     start_up = import_times("pass")
     by_package: dict[str, int] = defaultdict(int)
-    for name, micros in import_times("import repeat_hooks").items():
+    for name, micros in import_times(DECISION).items():
         if name not in start_up:
             top = name.split(".")[0]
             by_package["(stdlib)" if stdlib(top) else top] += micros
@@ -96,7 +112,7 @@ def self_times() -> None:
 
 
 def loaded() -> None:
-    """What ``import repeat_hooks`` adds to ``sys.modules``."""
+    """What a decision's imports add to ``sys.modules``."""
     report = json.loads(run(LOADED).stdout)
     added: list[str] = report["added"]
     ours = [name for name in added if name.split(".")[0] == "repeat_hooks"]
@@ -113,7 +129,7 @@ def loaded() -> None:
             if not stdlib(name.split(".")[0]) and name.split(".")[0] != "repeat_hooks"
         }
     )
-    print(f"import repeat_hooks loads {len(added)} modules; of repeat_hooks, {len(ours)} of {len(every)}:")
+    print(f"{DECISION} loads {len(added)} modules; of repeat_hooks, {len(ours)} of {len(every)}:")
     print("  loaded:    " + " ".join(sorted(ours)))
     print("  unloaded:  " + " ".join(sorted(every - set(ours))))
     print("  third-party: " + ", ".join(f"{top} ({'/'.join(distributions.get(top, ['?']))})" for top in third_party))

@@ -6,13 +6,15 @@ an adapter's, as ``repeat_hooks.kit.moved``); the finder installed here answers 
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import sys
 import types
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's: a hook call's client loads nothing it does not use (``kit.resident``)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any
 
 MODULES: dict[str, tuple[str, ...]] = {
     "repeat_hooks.guard": ("repeat_hooks.hook",),
@@ -98,13 +100,14 @@ class _Forwarding(types.ModuleType):
         raise AttributeError(f"module {self.__name__!r} has no attribute {name!r} (it moved to {self.__homes[0]})")
 
 
-class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds the old module paths of ``MODULES`` (nothing else)."""
+class _Finder:
+    """Finds the old module paths of ``MODULES`` (nothing else): a meta path finder and its loader, by their methods
+    (``importlib.abc``'s base classes would load ``importlib.resources``, 15 ms of every process's start)."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if fullname not in MODULES:
             return None
-        return importlib.machinery.ModuleSpec(fullname, self)
+        return importlib.machinery.ModuleSpec(fullname, self)  # type: ignore[arg-type]  # a Loader by its methods
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         homes = MODULES[spec.name]

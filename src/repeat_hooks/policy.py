@@ -40,6 +40,8 @@ from .state import MAX_KEYS, MAX_RUNS, SEEN, Delivery, GuardState, Turn, WholeMo
 from .stop_rules import STOP_RULES, Feed, HookPoint, StopRule
 
 logger = logging.getLogger("repeat_hooks")
+if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
+    logger.addHandler(logging.NullHandler())  # a library's: silent until the application configures logging
 
 NonNegative = Annotated[int, Field(ge=0)]
 

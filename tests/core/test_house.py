@@ -32,9 +32,17 @@ def _loaded_after(code: str) -> set[str]:
     return set(out.stdout.split())
 
 
-def test_importing_the_core_loads_neither_the_offline_tools_nor_opentelemetry() -> None:
+def test_the_front_door_loads_a_names_module_when_the_name_is_first_asked_for() -> None:
+    # A process that needs no model (a coding CLI's hook client, `repeat-hooks --help`) loads no pydantic.
     loaded = _loaded_after("import repeat_hooks")
-    assert "repeat_hooks.policy" in loaded  # the scan sees what is loaded
+    assert "repeat_hooks" in loaded and not {"pydantic", "repeat_hooks.policy", "repeat_hooks.state"} & loaded
+    loaded = _loaded_after("import repeat_hooks; repeat_hooks.Policy")
+    assert {"pydantic", "repeat_hooks.policy"} <= loaded and "repeat_hooks.hook" not in loaded
+
+
+def test_importing_the_core_loads_neither_the_offline_tools_nor_opentelemetry() -> None:
+    loaded = _loaded_after("from repeat_hooks import *")
+    assert "repeat_hooks.policy" in loaded and "repeat_hooks.hook" in loaded  # the scan sees what is loaded
     assert not {name for name in loaded if name.startswith(("repeat_hooks.offline", "opentelemetry"))}
     assert "repeat_hooks.observe.otel" not in loaded and "repeat_hooks.stores.redis" not in loaded
     assert "repeat_hooks.kit.conformance" not in loaded

@@ -384,10 +384,10 @@ def test_unreadable_input_is_named(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_a_progress_bar_on_large_files_at_a_terminal(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from repeat_hooks.offline import cli
+    from repeat_hooks.offline import console
 
     path = write_jsonl(tmp_path / "runs.jsonl", [LOOP] * 120)
-    monkeypatch.setattr(cli, "PROGRESS_BYTES", 10)
+    monkeypatch.setattr(console, "PROGRESS_BYTES", 10)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     assert main(["replay", str(path), "--json"]) == 0
     err = capsys.readouterr().err

@@ -15,13 +15,22 @@
   ``usage_tokens``, which read every supported SDK's usage object;
 - ``beside``: what an adapter keeps beside an SDK object it does not own (``Beside``), by identity;
 - ``moved``: a module ``__getattr__`` for the names an adapter moved, warning with the new spelling;
-- ``conformance``: the scenarios every adapter passes on its SDK's real loop (imported on its own).
+- ``conformance``: the scenarios every adapter passes on its SDK's real loop (imported on its own);
+- ``command``: a coding CLI's hook command (one process per event: stdin, settings files, the SQLite store, the
+  outage policy), which a CLI's adapter drives with its ``Hook`` protocol; ``resident``: the server that keeps the core
+  loaded between hook calls, and the small client each call is while it runs; ``install``: its entries merged into and
+  removed from the CLI's JSON settings file; ``fake_messages``: a scripted Anthropic Messages API on loopback, for
+  the tests that run the Claude Code CLI; ``fake_models``: scripted Gemini and Responses APIs, for the tests that run
+  the Gemini CLI and Codex (each imported on its own).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # not typing's: a hook call's client loads nothing it does not use (``kit.resident``)
+if TYPE_CHECKING:
+    from typing import Any
 
 if TYPE_CHECKING:
     from .._moved import forwarder as moved

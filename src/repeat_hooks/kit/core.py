@@ -16,7 +16,6 @@ The common keywords, the same in every adapter: ``policy`` (a ``Policy``, or its
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import threading
@@ -24,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .. import observe
 from ..call import as_text
@@ -40,6 +39,9 @@ from .clock import Clock, monotonic
 from .setup import check_budgets, check_tool_names, policy_from
 from .states import Slot
 from .usage import CostOf
+
+if TYPE_CHECKING:  # asyncio is loaded on first use: a hook command's process never needs it
+    import asyncio
 
 T = TypeVar("T")
 OnStop = Literal["reply", "raise"]
@@ -404,6 +406,8 @@ class GuardCore:
 
     def _wait(self, work: Coroutine[Any, Any, T]) -> T:
         """Run ``work`` on the guard's own event loop (started on first use, in a daemon thread) and wait for it."""
+        import asyncio
+
         with self._loop_lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()

@@ -72,6 +72,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("repeat_hooks")
+if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
+    logger.addHandler(logging.NullHandler())  # a library's: silent until the application configures logging
 T = TypeVar("T")
 P = ParamSpec("P")
 

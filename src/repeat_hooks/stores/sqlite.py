@@ -10,7 +10,6 @@ recently updated go first. Across hosts, use ``RedisStore``.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import sqlite3
@@ -87,6 +86,8 @@ class SQLiteStore:
 
     async def update(self, key: str, change: Callable[[GuardState], T]) -> T:
         """See ``StateStore.update``: one transaction, in a worker thread (the event loop never waits on a lock)."""
+        import asyncio  # here: a synchronous caller (a hook command's process) never loads it
+
         return await asyncio.to_thread(self.update_now, key, change)
 
     def update_now(self, key: str, change: Callable[[GuardState], T]) -> T:

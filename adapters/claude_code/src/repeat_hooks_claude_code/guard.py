@@ -1,0 +1,142 @@
+"""``hook``: the guard as Claude Code's hook command (``repeat-hooks hook claude-code``), one process per event; the
+hook entries ``repeat-hooks install claude-code`` merges into Claude Code's settings (``ENTRIES``, ``settings_file``);
+and the adapter's errors. The process itself (stdin, settings, store, outage policy) is the core's
+``repeat_hooks.kit.command``; this module says what each of Claude Code's events means.
+
+The events (Claude Code 2.1.332; every one carries ``session_id`` and ``prompt_id``, the turn's key):
+
+- ``UserPromptSubmit`` fires when the user sends a prompt: a turn starts (its ``prompt_id``). Answers nothing.
+- ``PreToolUse`` fires before each call, once its arguments are known (the hooks of a response's parallel calls run
+  at once, each in its own process): the call is decided, its ``tool_use_id`` its call id (an event delivered twice
+  counts once). Answers nothing (the call goes on; Claude Code's permissions still apply), or a deny with the
+  refusal's text, which the model reads as the call's error result; when the model has ignored ``max_refusals``
+  refusals, the deny also ends the run (``continue: false``, ``systemMessage``).
+- ``PostToolUse`` fires after a call succeeded, ``PostToolUseFailure`` after one failed (a command's non-zero exit;
+  a denied call fires neither): its outcome and its result as the model reads it are recorded. Answers nothing, or
+  with ``Policy(warn=True)`` the warning as ``additionalContext``.
+- ``PostToolBatch`` fires when every call of a model response has resolved, before the next model call: the model
+  call is counted and the next one decided (``max_errors_in_a_row``, ``max_model_calls``). Answers nothing, or at a
+  stop ``continue: false`` with the stop's text (``stopReason``, ``systemMessage``): no further model call.
+
+A sub-agent's events carry its ``agent_id``: its calls count in a state of its own (``state.session_key``), its run
+its one turn.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import repeat_hooks
+from repeat_hooks import Policy, Refusal, Stop
+from repeat_hooks.kit import GuardStopped
+from repeat_hooks.kit.command import Answer, Asked, Event, Problem, Ran, Responded, Turn, run
+from repeat_hooks.kit.install import Entry
+from repeat_hooks.stop_rules import Feed
+
+from .calls import allowed, denied, ended, result_view, tool_call
+from .state import session_key
+
+CLI = "claude-code"
+"""The CLI's name in ``repeat-hooks hook|install|uninstall <cli>``."""
+TIMEOUT = 30
+"""Seconds Claude Code gives each hook process before it kills it and lets the call go on (its default is 600)."""
+ENTRIES = (
+    Entry("UserPromptSubmit", None, {"timeout": TIMEOUT}),
+    Entry("PreToolUse", "*", {"timeout": TIMEOUT}),
+    Entry("PostToolUse", "*", {"timeout": TIMEOUT}),
+    Entry("PostToolUseFailure", "*", {"timeout": TIMEOUT}),
+    Entry("PostToolBatch", None, {"timeout": TIMEOUT}),
+)
+"""The hook entries ``repeat-hooks install claude-code`` adds, one matcher group each (``*``: every tool)."""
+FEEDS: tuple[Feed, ...] = (Feed.OUTCOMES, Feed.MODEL_CALLS, Feed.WARNINGS)
+"""What Claude Code's events feed: each call's outcome, each model response (``PostToolBatch``), and a warning after a
+result (``PostToolUse``'s ``additionalContext``); no model call's time or usage, no answer's text."""
+
+GuardSetupError = repeat_hooks.GuardSetupError
+"""A setup mistake (a misspelt setting, a settings file that is no JSON object): the message says the right spelling."""
+
+
+class RepeatGuardStopped(GuardStopped):
+    """A turn the guard ended, as a Python error (``raise RepeatGuardStopped(stop)`` in a script that runs ``claude
+    -p`` and reads the stop with ``stop_of``): the hook process itself raises none, it answers Claude Code."""
+
+
+def settings_file(scope: str, environ: Mapping[str, str] | None = None, cwd: str | None = None) -> Path:
+    """Claude Code's settings file for ``scope``: ``"user"``, ``$CLAUDE_CONFIG_DIR/settings.json`` (else
+    ``~/.claude/settings.json``); ``"project"``, ``.claude/settings.local.json`` in ``cwd`` (the project's root): the
+    project's personal file, which Claude Code keeps out of git, since the command names this machine's interpreter
+    (a team that wants the guard for everyone adds ``repeat-hooks hook claude-code`` to ``.claude/settings.json``)."""
+    environ = os.environ if environ is None else environ
+    if scope == "project":
+        return Path(cwd or os.getcwd()) / ".claude" / "settings.local.json"
+    config = environ.get("CLAUDE_CONFIG_DIR")
+    return (Path(config) if config else Path(environ.get("HOME") or Path.home()) / ".claude") / "settings.json"
+
+
+class ClaudeCodeHook:
+    """Claude Code's hook protocol for ``repeat_hooks.kit.command.run`` (see the module's docstring)."""
+
+    owner = f"repeat-hooks hook {CLI}"
+    feeds = FEEDS
+    asks = "PreToolUse"
+    failed_open = 1
+    """Claude Code's non-blocking error: the call goes on, the stderr line is shown in the transcript view."""
+
+    def read(self, event: Mapping[str, Any], policy: Policy) -> Event:
+        name, session = event.get("hook_event_name"), event.get("session_id")
+        if not isinstance(session, str) or not session:
+            raise Problem(f"the {name or 'hook'} event has no session_id")
+        agent = event.get("agent_id")
+        sub = isinstance(agent, str) and bool(agent)
+        key = session_key(session, agent if sub else None)
+        prompt = event.get("prompt_id")
+        turn_id = agent if sub else prompt if isinstance(prompt, str) and prompt else None
+        if name == "UserPromptSubmit":
+            return Event(key, turn_id, Turn())
+        if name == "PostToolBatch":
+            calls = event.get("tool_calls")
+            listed = calls if isinstance(calls, list) else []
+            ids = [str(c.get("tool_use_id")) for c in listed if isinstance(c, Mapping) and c.get("tool_use_id")]
+            return Event(key, turn_id, Responded(f"batch:{ids[0]}" if ids else None))
+        if name not in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
+            return Event(key, turn_id, None)
+        tool = event.get("tool_name")
+        if not isinstance(tool, str) or not tool:
+            raise Problem(f"the {name} event has no tool_name")
+        call_id = event.get("tool_use_id")
+        call = tool_call(tool, event.get("tool_input"), call_id if isinstance(call_id, str) else None, policy)
+        if name == "PreToolUse":
+            return Event(key, turn_id, Asked(call))
+        if name == "PostToolUse":
+            return Event(key, turn_id, Ran(call, True, result_view(event.get("tool_response"))))
+        return Event(key, turn_id, Ran(call, False, event.get("error")))
+
+    def project(self, event: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
+        folder = environ.get("CLAUDE_PROJECT_DIR") or event.get("cwd")
+        return folder if isinstance(folder, str) and folder else None
+
+    def allow(self, event: Mapping[str, Any], warning: str | None) -> Answer:
+        return allowed(str(event.get("hook_event_name")), warning), 0
+
+    def deny(self, event: Mapping[str, Any], refusal: Refusal, stop: Stop | None) -> Answer:
+        return denied(refusal, stop), 0
+
+    def end(self, event: Mapping[str, Any], stop: Stop) -> Answer:
+        return ended(stop), 0
+
+
+def hook(
+    *,
+    stdin: IO[bytes] | None = None,
+    stdout: IO[str] | None = None,
+    stderr: IO[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    """Run the hook for one Claude Code event (stdin, by default) and return the exit code: what
+    ``repeat-hooks hook claude-code`` does. 0 with the answer on stdout; 1 (Claude Code's non-blocking error: the
+    CLI goes on) with one line on stderr when the event, the settings or the store cannot be used and ``fail`` is
+    ``"open"``; never 2 (its deny shows the model the hook's command line)."""
+    return run(ClaudeCodeHook(), stdin=stdin, stdout=stdout, stderr=stderr, environ=environ)

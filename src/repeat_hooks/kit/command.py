@@ -1,0 +1,384 @@
+"""The hook command: a coding CLI's hooks (Claude Code, Gemini CLI, Codex CLI) run one process per event, which
+reads the event on stdin, decides with the guard's state from a store shared by every process, answers on stdout
+and exits. Written once here; an adapter's ``Hook`` (its CLI's protocol) only translates the events and answers.
+
+One event is one atomic read-modify-write of the session's state in the embedded store (``SQLiteStore``, a file
+under the user's state dir): the hook processes of parallel calls, which every one of these CLIs runs at once,
+count exactly, and a redelivered event counts once (the call's tool-use id is its ``call_id``). What an event
+means (``Event``): a turn starts (``Turn``), a call is about to run (``Asked``: allowed, or denied with the text
+the model reads), a call ran (``Ran``: its outcome and the result as the model reads it), a model response's calls
+have all resolved (``Responded``: the model call is counted, and the next one decided: the stop rules end the
+turn there). Never a traceback into the CLI: an event that is not one JSON object (or too large), a settings file
+that cannot be used, or a store that cannot be reached is one line on stderr and the outage policy's answer
+(``fail``: ``"open"``, the CLI goes on, exiting with the CLI's code for a hook error that blocks nothing;
+``"closed"``, the call is denied or the turn ended). The stderr lines hold tool names, setting names and the store's
+path, never an argument or a result.
+
+Settings (``settings``): JSON files holding ``Policy``'s fields, plus ``fail`` and (user file only) ``state``, the
+SQLite file: the project's ``.repeat-hooks.json`` over the user's ``$XDG_CONFIG_HOME/repeat-hooks/settings.json``
+(``~/.config/...``; ``REPEAT_HOOKS_SETTINGS`` names another), key by key. The state file: ``REPEAT_HOOKS_STATE``,
+else the user file's ``state``, else ``$XDG_STATE_HOME/repeat-hooks/hooks.sqlite3`` (``~/.local/state/...``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import IO, Any, Protocol
+
+from ..call import ToolCall
+from ..decision import Refusal, RefusalKind, Stop
+from ..errors import GuardSetupError
+from ..policy import Policy
+from ..state import GuardState
+from ..stop_rules import Feed
+from .resident import MAX_EVENT_BYTES
+
+PROJECT_FILE = ".repeat-hooks.json"
+"""The project's settings file, in the project's root folder."""
+SETTINGS_ENV, STATE_ENV = "REPEAT_HOOKS_SETTINGS", "REPEAT_HOOKS_STATE"
+"""The environment variables naming the user's settings file, and the state's SQLite file."""
+COMMAND_SETTINGS = ("fail", "state")
+"""The settings besides ``Policy``'s: the outage policy, and the state's SQLite file (the user's file only)."""
+STORE_TIMEOUT = 5.0
+"""Seconds an event waits for another hook process's transaction (well inside every CLI's hook timeout)."""
+NO_FEED: Mapping[Feed, str] = MappingProxyType(
+    {
+        Feed.SECONDS: "a hook command sees no model call's time",
+        Feed.COST: "a hook command sees no model call's usage",
+        Feed.ANSWERS: "a hook command sees no text answer before its turn is over",
+    }
+)
+"""The figures no coding CLI's hook events carry: a budget on one is refused at setup, with the reason."""
+
+
+class Problem(Exception):
+    """What makes an event unusable (its one-line reason); the command fails as ``fail`` says."""
+
+
+class SettingsError(GuardSetupError):
+    """Settings that cannot be used (the message names the file and the setting); ``fail``: the outage policy they
+    give, if that much could be read."""
+
+    def __init__(self, message: str, fail: str = "open") -> None:
+        super().__init__(message)
+        self.fail = fail
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A user prompt starts a turn (fresh per-turn counts, unless its id is the current turn's)."""
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A call is about to run: allow it, or deny it with the refusal the model reads (and end the turn at a stop)."""
+
+    call: ToolCall
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A call ran: its outcome, and its result as the model reads it."""
+
+    call: ToolCall
+    ok: bool
+    result: Any
+
+
+@dataclass(frozen=True)
+class Responded:
+    """A model response's calls have all resolved: the model call is counted, and the next one decided."""
+
+    delivery_id: str | None = None
+    before: bool = False
+    """The CLI's event comes before every model call, the turn's first too (Gemini's ``BeforeModel``, Codex's
+    ``PreModelRequest``), not after a response: the turn's first only decides (there is no response to count yet)."""
+
+
+Step = Turn | Asked | Ran | Responded
+
+
+@dataclass(frozen=True)
+class Event:
+    """What one hook event means: the state's store key (the CLI's session, and a sub-agent's id), the turn's id
+    (``None``: the CLI names none), and the ``step`` (``None``: nothing for the guard, answered as allowed)."""
+
+    key: str
+    turn_id: str | None
+    step: Step | None
+
+
+Answer = tuple[Mapping[str, Any] | None, int]
+"""What the command prints on stdout (JSON; ``None``: nothing) and its exit code."""
+
+
+class Hook(Protocol):
+    """One CLI's hook protocol: what its events mean, and how it takes each answer."""
+
+    owner: str
+    """The command as the user runs it (``repeat-hooks hook claude-code``), naming it in every message."""
+    failed_open: int
+    """The exit code of a hook that failed but blocks nothing (the CLI shows its stderr, and goes on)."""
+    asks: str
+    """The CLI's name for the event of a call about to run (``PreToolUse``): an event of that name the hook cannot use
+    is denied when failing closed, even when nothing else of it could be read."""
+    feeds: tuple[Feed, ...]
+    """What the CLI's events feed the guard (``kit.FEEDS``; with ``Feed.WARNINGS`` where a result can carry a note)."""
+
+    def read(self, event: Mapping[str, Any], policy: Policy) -> Event:
+        """The meaning of one event (raises ``Problem`` for one that lacks what it needs)."""
+        ...
+
+    def project(self, event: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
+        """The project folder whose settings file applies (``None``: none known)."""
+        ...
+
+    def allow(self, event: Mapping[str, Any], warning: str | None) -> Answer:
+        """The answer that lets the event go on; ``warning``: a note for the model after a result."""
+        ...
+
+    def deny(self, event: Mapping[str, Any], refusal: Refusal, stop: Stop | None) -> Answer:
+        """The answer to a call refused (``refusal``: what the model reads); ``stop``: the turn ends too."""
+        ...
+
+    def end(self, event: Mapping[str, Any], stop: Stop) -> Answer:
+        """The answer that ends the turn at a response's end (no further model call), the user told ``stop``."""
+        ...
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The guard's settings for one event: the policy, the outage policy, and the state's SQLite file."""
+
+    policy: Policy
+    fail: str
+    state: Path
+
+
+def read_event(stream: IO[bytes]) -> dict[str, Any]:
+    """One event from ``stream``: a JSON object of at most ``MAX_EVENT_BYTES``; else ``Problem``, saying why."""
+    raw = stream.read(MAX_EVENT_BYTES + 1)
+    if len(raw) > MAX_EVENT_BYTES:
+        raise Problem(f"the event on stdin is over {MAX_EVENT_BYTES} bytes")
+    try:
+        event = json.loads(raw)
+    except (ValueError, RecursionError) as error:
+        where = f" ({error.msg} at char {error.pos})" if isinstance(error, json.JSONDecodeError) else ""
+        raise Problem(f"the event on stdin is not JSON{where}") from None
+    if not isinstance(event, dict):
+        raise Problem(f"the event on stdin is a JSON {type(event).__name__}, not an object")
+    return event
+
+
+def _home(variable: str, fallback: str, environ: Mapping[str, str]) -> Path:
+    base = environ.get(variable)
+    return Path(base) if base and os.path.isabs(base) else Path(environ.get("HOME") or Path.home()) / fallback
+
+
+def user_file(environ: Mapping[str, str]) -> Path:
+    """The user's settings file: ``REPEAT_HOOKS_SETTINGS``, else ``$XDG_CONFIG_HOME/repeat-hooks/settings.json``."""
+    named = environ.get(SETTINGS_ENV)
+    return Path(named) if named else _home("XDG_CONFIG_HOME", ".config", environ) / "repeat-hooks" / "settings.json"
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as error:
+        raise SettingsError(f"{path}: cannot be read ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise SettingsError(f"{path}: not UTF-8 text") from None
+    try:
+        found = json.loads(text)
+    except ValueError as error:
+        raise SettingsError(f"{path}: not JSON ({error})") from None
+    if not isinstance(found, dict):
+        raise SettingsError(f"{path}: holds a JSON {type(found).__name__}, not an object of settings")
+    return found
+
+
+def settings(
+    project: str | None,
+    environ: Mapping[str, str],
+    *,
+    owner: str,
+    feeds: tuple[Feed, ...] = (Feed.OUTCOMES, Feed.MODEL_CALLS),
+) -> Settings:
+    """The settings for an event in ``project``: the project's file over the user's, key by key, validated as an
+    adapter's keywords are (``policy_from``: a misspelt setting names the right one). Raises ``GuardSetupError``
+    naming the files (``SettingsError``)."""
+    from pydantic import ValidationError
+
+    from .setup import check_budgets, policy_from
+
+    user = user_file(environ)
+    files = [user, *([Path(project) / PROJECT_FILE] if project else [])]
+    merged: dict[str, Any] = {}
+    for path in files:
+        found = _load(path)
+        if path is not user and "state" in found:
+            raise SettingsError(f"{path}: 'state' is a user setting (the state's file is the user's to choose)")
+        merged.update(found)
+    named = ", ".join(str(path) for path in files)
+    fail = merged.pop("fail", "open")
+    state = merged.pop("state", None)
+    if fail not in ("open", "closed"):
+        raise SettingsError(f"{named}: fail is 'open' or 'closed', not {fail!r}")
+    if state is not None and not isinstance(state, str):
+        raise SettingsError(f"{user}: state is the path of the state's SQLite file, not {state!r}")
+    try:
+        policy = policy_from(None, merged, owner=owner, keywords=COMMAND_SETTINGS)
+        check_budgets(policy, owner=owner, cost=None, clock=None, feeds=feeds, why=NO_FEED)
+    except (TypeError, GuardSetupError, ValidationError) as error:
+        first = str(error).replace("\n", "; ").replace("=...?", "?")  # a file's key, not a keyword
+        raise SettingsError(f"{named}: {first}", fail) from None
+    chosen = environ.get(STATE_ENV) or state
+    default = _home("XDG_STATE_HOME", ".local/state", environ) / "repeat-hooks" / "hooks.sqlite3"
+    return Settings(policy, fail, Path(chosen).expanduser() if chosen else default)
+
+
+def decide(policy: Policy, state: GuardState, event: Event) -> tuple[Refusal | None, Stop | None, str | None]:
+    """The guard's verbs for one event, on ``state`` (in the store's transaction): the refusal of a call, the stop
+    of the turn, and the warning for a result (``Policy(warn=True)``). A refusal that reaches ``max_refusals`` ends
+    the turn at once, its response counted as a model call first (the CLI will not ask the hook before the next)."""
+    step, turn_id = event.step, event.turn_id
+    if isinstance(step, Turn):
+        policy.start_turn(state, turn_id=turn_id)
+    elif isinstance(step, Asked):
+        refusal = policy.decide_tool_call(state, step.call, turn_id=turn_id)
+        limit = policy.max_refusals
+        if refusal is None or limit is None:
+            return refusal, None, None
+        if refusal.reason is RefusalKind.TURN_ENDED:
+            return refusal, state.turn.stop, None
+        if state.turn.refused_responses < max(1, limit):
+            return refusal, None, None
+        policy.record_model_call(state, turn_id=turn_id)
+        return refusal, policy.decide_model_call(state, turn_id=turn_id), None
+    elif isinstance(step, Ran):
+        policy.record_tool_result(state, step.call, ok=step.ok, result=step.result, turn_id=turn_id)
+        return None, None, policy.warning(state, step.call)
+    elif isinstance(step, Responded):
+        if state.turn.stop is not None:
+            return None, state.turn.stop, None
+        if not (step.before and state.turn.responses == 0):
+            policy.record_model_call(state, turn_id=turn_id, delivery_id=step.delivery_id)
+        return None, policy.decide_model_call(state, turn_id=turn_id), None
+    return None, None, None
+
+
+def run(
+    hook: Hook,
+    *,
+    stdin: IO[bytes] | None = None,
+    stdout: IO[str] | None = None,
+    stderr: IO[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    """The hook command for one event: read it, decide, print the answer; returns the exit code. Never raises for
+    a bad event, settings file or store: one line on ``stderr``, and the outage policy's answer."""
+    stdin = stdin if stdin is not None else sys.stdin.buffer if sys.stdin is not None else io.BytesIO()
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    environ = os.environ if environ is None else environ
+    fail, event, meaning = "open", None, None
+    try:
+        event = read_event(stdin)
+        chosen = settings(hook.project(event, environ), environ, owner=hook.owner, feeds=hook.feeds)
+        fail = chosen.fail
+        meaning = hook.read(event, chosen.policy)
+        answer = hook.allow(event, None) if meaning.step is None else _decided(hook, chosen, event, meaning, stderr)
+    except (Problem, GuardSetupError, OSError) as problem:  # a setup that cannot work: the guard is off until fixed
+        fail = getattr(problem, "fail", fail) if event is not None else _fail_of(hook, environ)
+        answer = _failed(hook, event, meaning, str(problem).replace("\n", "; "), fail, stderr)
+    except Exception as error:  # a bug: still no traceback into the CLI, and its type only (its text may hold values)
+        answer = _failed(
+            hook, event, meaning, f"unexpected {type(error).__name__} (a bug: please report it)", fail, stderr
+        )
+    output, code = answer
+    if output is not None:
+        stdout.write(json.dumps(output, separators=(",", ":")) + "\n")
+        stdout.flush()
+    return code
+
+
+def _fail_of(hook: Hook, environ: Mapping[str, str]) -> str:
+    """The outage policy the settings give, for an event that could not be read (``"open"`` if they cannot be
+    read either)."""
+    try:
+        return settings(hook.project({}, environ), environ, owner=hook.owner, feeds=hook.feeds).fail
+    except SettingsError as mistake:
+        return mistake.fail
+
+
+def _decided(hook: Hook, chosen: Settings, event: Mapping[str, Any], meaning: Event, stderr: IO[str]) -> Answer:
+    """One event decided in the store's transaction; a store that cannot be reached fails as ``fail`` says."""
+    from ..errors import StoreUnavailable
+    from ..stores.sqlite import SQLiteStore
+
+    policy = chosen.policy
+    try:
+        chosen.state.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        store = SQLiteStore(chosen.state, timeout=STORE_TIMEOUT)
+        refusal, stop, warning = store.update_now(meaning.key, lambda state: decide(policy, state, meaning))
+    except (StoreUnavailable, OSError) as failure:
+        reason = f"the state at {chosen.state} cannot be reached ({type(failure).__name__}: {failure})"
+        return _failed(hook, event, meaning, reason.replace("\n", " "), chosen.fail, stderr)
+    if refusal is not None:
+        return hook.deny(event, refusal, stop)
+    if stop is not None and not isinstance(meaning.step, Asked):
+        return hook.end(event, stop)
+    return hook.allow(event, warning)
+
+
+def _failed(
+    hook: Hook, event: Mapping[str, Any] | None, meaning: Event | None, reason: str, fail: str, stderr: IO[str]
+) -> Answer:
+    """One line on stderr; then, failing open, nothing on stdout and the CLI's code for a hook error that blocks
+    nothing. Failing closed: a call about to run is denied, a response's end ends the turn, a turn's start or a
+    call's outcome goes on (nothing to deny); an event that could not be read or settings that could not be used
+    end the turn."""
+    from ..decision import StopReason
+    from ..messages import STORE_DOWN_REFUSAL, STORE_DOWN_STOP
+
+    stderr.write(f"{hook.owner}: {reason}; failing {fail}\n")
+    stderr.flush()
+    if fail == "open":
+        return None, hook.failed_open
+    given = event or {}
+    refusal = Refusal(message=STORE_DOWN_REFUSAL, reason=RefusalKind.STORE_UNAVAILABLE)
+    if meaning is None:  # the event itself, or the settings, could not be used: the guard is off until fixed
+        stop = Stop(message=f"{hook.owner} cannot guard this session ({reason}) and fails closed: fix it, or set "
+                    '"fail": "open"', reason=StopReason.STORE_UNAVAILABLE)  # fmt: skip
+        return hook.deny(given, refusal, stop) if given.get("hook_event_name") == hook.asks else hook.end(given, stop)
+    step = meaning.step
+    if isinstance(step, Asked):
+        return hook.deny(given, refusal, None)
+    if isinstance(step, (Turn, Ran)):
+        return hook.allow(given, None)
+    return hook.end(given, Stop(message=STORE_DOWN_STOP, reason=StopReason.STORE_UNAVAILABLE))
+
+
+def session_stop(
+    session: str, *, turn_id: str | None = None, environ: Mapping[str, str] | None = None, project: str | None = None
+) -> Stop | None:
+    """How the guard ended session ``session``'s latest turn (or turn ``turn_id``, while its state keeps it), read
+    from the state file the hook command uses with ``environ`` (default: this process's) and ``project``'s settings;
+    ``None`` if it did not (or the session is unknown): an adapter's ``stop_of`` for a CLI whose hooks end turns."""
+    import asyncio
+
+    from ..stores.sqlite import SQLiteStore
+
+    chosen = settings(project, os.environ if environ is None else environ, owner="stop_of")
+    if not chosen.state.exists():
+        return None
+    state = asyncio.run(SQLiteStore(chosen.state).load(session))
+    return None if state is None else state.stop_of(turn_id)

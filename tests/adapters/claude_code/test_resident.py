@@ -1,0 +1,166 @@
+"""The resident hook server: the first hook call starts it, later calls are small clients it answers, with the same
+decisions as hook calls in their own processes (the state is the same SQLite file), and it goes away when idle, when
+its code changed, or when it is killed, losing nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from cc_events import Answered, command, event
+
+from repeat_hooks.kit import resident
+
+DENY = "deny"
+
+
+def bash(command: str, description: str = "Run it") -> dict[str, str]:
+    return {"command": command, "description": description}
+
+
+@pytest.fixture
+def sockets() -> Iterator[Path]:
+    """A short folder for the servers' sockets (a socket's path is at most about 100 bytes), every server in it killed
+    at the end."""
+    folder = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))
+    folder.chmod(0o700)
+    yield folder
+    for path in folder.glob("*.sock"):
+        found = resident.status(path)
+        if found is not None:
+            os.kill(int(found["pid"]), signal.SIGTERM)
+
+
+def served(folder: Path, seconds: float = 20.0) -> dict[str, object]:
+    """The status of the one server in ``folder``, once it answers."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for path in folder.glob("*.sock"):
+            found = resident.status(path)
+            if found is not None:
+                return found
+        time.sleep(0.05)
+    raise AssertionError(f"no resident server answered in {folder}")
+
+
+def decision(answered: Answered) -> str | None:
+    assert answered.code == 0, answered.stderr
+    return None if answered.output is None else answered.output["hookSpecificOutput"]["permissionDecision"]
+
+
+def test_later_calls_are_answered_by_the_server_the_first_one_started(tmp_path: Path, sockets: Path) -> None:
+    env = {"REPEAT_HOOKS_RESIDENT": str(sockets)}
+    calls = [event("PreToolUse", "Bash", bash("make test", f"run {n}"), tool_use_id=f"toolu_{n}") for n in range(6)]
+    first = command(calls[0], tmp_path, **env)  # no server yet: decided in its own process, which starts one
+    assert decision(first) is None
+    assert served(sockets)["served"] == 0
+    rest = [decision(command(call, tmp_path, **env)) for call in calls[1:]]
+    assert rest == [None, DENY, DENY, DENY, DENY]  # counted with the first, in the same state
+    assert served(sockets)["served"] == 5
+    again = command(calls[3], tmp_path, **env)  # a redelivered event, through the server: counts once
+    assert decision(again) == DENY and served(sockets)["served"] == 6
+
+
+def test_concurrent_clients_count_exactly(tmp_path: Path, sockets: Path) -> None:
+    env = {"REPEAT_HOOKS_RESIDENT": str(sockets)}
+    command(event("UserPromptSubmit", prompt="go"), tmp_path, **env)
+    served(sockets)
+    calls = [event("PreToolUse", "Bash", bash("ls"), tool_use_id=f"toolu_{n}") for n in range(10)]
+    with ThreadPoolExecutor(10) as pool:
+        decisions = list(pool.map(lambda call: decision(command(call, tmp_path, **env)), calls))
+    assert decisions.count(None) == 2 and decisions.count(DENY) == 8
+    assert served(sockets)["served"] == 10
+
+
+def test_the_client_loads_no_pydantic(tmp_path: Path, sockets: Path) -> None:
+    env = {**os.environ, "HOME": str(tmp_path), "REPEAT_HOOKS_RESIDENT": str(sockets)}
+    given = json.dumps(event("PreToolUse", "Bash", bash("ls"), tool_use_id="toolu_1")).encode()
+    script = "from repeat_hooks.offline.cli import main; raise SystemExit(main(['hook', 'claude-code']))"
+    subprocess.run([sys.executable, "-c", script], input=given, env=env, capture_output=True, timeout=60, check=True)
+    served(sockets)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", script],
+        input=given, env=env, capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout == b""  # the second run of the call: allowed, answered by the server
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.decode().splitlines()}
+    assert "repeat_hooks.kit.resident" in loaded
+    assert not {name for name in loaded if name.startswith(("pydantic", "repeat_hooks.policy", "sqlite3", "logging"))}
+
+
+def test_a_killed_server_loses_nothing_and_the_next_call_starts_another(tmp_path: Path, sockets: Path) -> None:
+    env = {"REPEAT_HOOKS_RESIDENT": str(sockets)}
+    call = [event("PreToolUse", "Bash", bash("ls"), tool_use_id=f"toolu_{n}") for n in range(4)]
+    assert decision(command(call[0], tmp_path, **env)) is None
+    os.kill(int(served(sockets)["pid"]), signal.SIGKILL)  # its socket file stays behind
+    time.sleep(0.2)
+    assert decision(command(call[1], tmp_path, **env)) is None  # no answer there: decided in its own process
+    assert decision(command(call[2], tmp_path, **env)) == DENY  # by the new server, or in-process: the same count
+    assert served(sockets)["pid"] != 0
+
+
+def in_thread(path: str | Path, idle: float) -> threading.Thread:
+    thread = threading.Thread(target=resident.serve, args=(path, idle, "claude-code"), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while resident.status(path) is None:
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    return thread
+
+
+def test_a_server_whose_code_changed_hands_the_call_back_and_exits(
+    tmp_path: Path, sockets: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    environ = {"HOME": str(tmp_path), "REPEAT_HOOKS_RESIDENT": str(sockets)}
+    path = resident.address(environ)
+    assert path is not None
+    thread = in_thread(path, 30)
+    given = json.dumps(event("PreToolUse", "Bash", bash("ls"), tool_use_id="toolu_1")).encode()
+    assert resident.ask("claude-code", given, environ) == (0, "", "")
+    monkeypatch.setattr(resident, "_fingerprint", lambda: (("edited.py", 1, 1),))
+    assert resident.ask("claude-code", given, environ) is None  # the caller runs the hook itself
+    thread.join(5)
+    assert not thread.is_alive() and not os.path.exists(path)
+
+
+def test_an_idle_server_exits_and_a_dead_ones_socket_is_taken_over(tmp_path: Path, sockets: Path) -> None:
+    path = sockets / "x.sock"
+    left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    left.bind(str(path))  # a server that died: its socket, with no one listening
+    left.close()
+    thread = in_thread(path, 0.5)
+    assert resident.status(path) is not None
+    thread.join(5)
+    assert not thread.is_alive() and not path.exists()
+
+
+def test_off_or_a_path_too_long_for_a_socket_means_every_call_in_its_own_process(tmp_path: Path) -> None:
+    assert resident.address({"REPEAT_HOOKS_RESIDENT": "off"}) is None
+    assert resident.address({"REPEAT_HOOKS_RESIDENT": "/tmp/" + "x" * 120}) is None
+    assert resident.ask("claude-code", b"{}", {"REPEAT_HOOKS_RESIDENT": "off"}) is None
+    one = resident.address({"REPEAT_HOOKS_RESIDENT": "/tmp/rh", "HOME": "/home/a"})
+    other = resident.address({"REPEAT_HOOKS_RESIDENT": "/tmp/rh", "HOME": "/home/b"})
+    project = resident.address({"REPEAT_HOOKS_RESIDENT": "/tmp/rh", "HOME": "/home/a", "CLAUDE_PROJECT_DIR": "/p"})
+    assert one != other and one == project  # another user's settings, another server; another project, the same
+
+
+def test_a_folder_others_can_enter_is_refused(tmp_path: Path) -> None:
+    shared = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))
+    shared.chmod(0o755)
+    with pytest.raises(PermissionError, match="is not private to this user"):
+        resident.serve(shared / "x.sock", 0.1)
+    resident.start("claude-code", {"REPEAT_HOOKS_RESIDENT": str(shared)})  # never raises: no server, that is all
+    time.sleep(0.5)
+    assert list(shared.iterdir()) == []

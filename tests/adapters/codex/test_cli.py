@@ -1,0 +1,147 @@
+"""The real Codex CLI (0.169.0, from npm: ``make node-clis``), headless (``codex exec --json``), with the hook
+installed by ``repeat-hooks install codex`` in an isolated ``CODEX_HOME``, against a scripted Responses API on
+loopback: how many times the tool really ran (each run appends to a file), what the model was handed (the server's
+captured requests), how the run ended and its exit code. Codex lets no hook end a turn: once the model has ignored
+the refusals, every later call of the turn is refused with the turn-over text, until the model answers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from repeat_hooks_codex import stop_of
+from repeat_hooks_codex.testing import Home, Run, codex_cli, tool_outputs
+from services import missing_service
+
+from repeat_hooks import StopReason
+from repeat_hooks.kit import resident
+from repeat_hooks.kit.fake_models import FakeResponsesAPI, Reply, call, install_hint
+
+PROMPT = "Keep the build green."
+RUN = "echo run >> ran.txt && echo '3 passed'"
+"""The test command: the same output every time, and a line in ``ran.txt`` each time it really runs."""
+BLOCKED = "Command blocked by PreToolUse hook: "
+REFUSED = BLOCKED + "Refused: you already called Bash with these exact arguments 2 times"
+OVER = "This turn is over (ignored_refusals): do not call any more tools; answer with what you know."
+ENDED = BLOCKED + "Refused: this turn has ended (ignored_refusals). Do not call any more tools"
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Home:
+    if not codex_cli().exists():
+        missing_service(f"no Codex CLI at {codex_cli()}: {install_hint()}")
+    installed = Home(tmp_path)
+    installed.install()
+    return installed
+
+
+def shell(command: str) -> dict[str, Any]:
+    return call("exec_command", {"cmd": command})
+
+
+def scripted(home: Home, responses: Sequence[Reply], **env: str) -> tuple[Run, FakeResponsesAPI]:
+    """Run the CLI on a model that answers ``responses`` in turn, then ``"Done."``."""
+
+    def answer(request: dict[str, Any], step: int) -> Reply:
+        return responses[step] if step < len(responses) else "Done."
+
+    with FakeResponsesAPI(answer) as api:
+        run = home.codex(api, PROMPT, env=env)
+    return run, api
+
+
+@pytest.fixture
+def sockets() -> Iterator[Path]:
+    """A short folder for resident hook servers' sockets, every server in it stopped at the end."""
+    folder = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))
+    folder.chmod(0o700)
+    yield folder
+    for path in folder.glob("*.sock"):
+        found = resident.status(path)
+        if found is not None:
+            os.kill(int(found["pid"]), signal.SIGTERM)
+
+
+def served(folder: Path) -> int:
+    """How many hook calls the resident server in ``folder`` answered."""
+    return sum(int((resident.status(path) or {}).get("served", 0)) for path in folder.glob("*.sock"))
+
+
+def runs(home: Home) -> int:
+    ran = home.project / "ran.txt"
+    return len(ran.read_text().splitlines()) if ran.exists() else 0
+
+
+def test_the_same_command_six_times_runs_twice_then_the_turn_is_over_for_every_call(home: Home) -> None:
+    run, api = scripted(home, [[shell(RUN)] for _ in range(6)])
+    assert runs(home) == 2
+    seen = tool_outputs(api)
+    assert len(seen) == 6 and all("Output:\n3 passed" in text for text in seen[:2])
+    assert all(text.startswith(REFUSED) and OVER not in text for text in seen[2:4])
+    assert seen[4].startswith(REFUSED) and OVER in seen[4]  # where Claude Code and Gemini CLI would end the run
+    assert seen[5].startswith(ENDED)
+    assert len(api.model_requests()) == 7  # each refused call still costs a model call: Codex ends no turn
+    assert run.code == 0 and run.items("agent_message")[-1]["text"] == "Done."
+    assert [line["type"] for line in run.lines][-1] == "turn.completed"
+    stop = stop_of(run.thread_id, environ=home.env())
+    assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
+
+
+def test_the_tests_rerun_after_every_edit_are_never_refused(home: Home) -> None:
+    """Codex 0.169 offers the model no file tool here: the edit is a shell command, and a shell command that
+    succeeded may have changed anything, so the rerun runs."""
+    responses: list[Reply] = []
+    for number in range(3):
+        responses += [[shell(f"printf 'x = {number}\\n' > app.py")], [shell(RUN)]]
+    run, api = scripted(home, responses)
+    assert runs(home) == 3
+    seen = tool_outputs(api)
+    assert len(seen) == 6 and not any(text.startswith(BLOCKED) for text in seen)
+    assert run.code == 0 and stop_of(run.thread_id, environ=home.env()) is None
+
+
+def test_parallel_calls_of_one_response_count_exactly(home: Home) -> None:
+    """Three same calls a response, whose hook processes Codex runs at once, in two responses: two run."""
+    same = [shell(RUN)] * 3
+    run, api = scripted(home, [same, same])
+    assert runs(home) == 2
+    seen = tool_outputs(api)
+    assert sorted(text.startswith(REFUSED) for text in seen) == [False, False, True, True, True, True]
+    assert run.code == 0
+
+
+def test_a_failing_command_is_retried_once_then_refused(home: Home) -> None:
+    """Codex hands the hook a command's output, not its exit code: the failure counts as the same result again."""
+    failing = "echo run >> ran.txt && echo 'missing header' >&2 && exit 3"
+    run, api = scripted(home, [[shell(failing)] for _ in range(4)])
+    assert runs(home) == 2
+    seen = tool_outputs(api)
+    assert all("Process exited with code 3" in text for text in seen[:2])
+    assert all(text.startswith(REFUSED) for text in seen[2:]) and len(seen) == 4
+    assert run.code == 0
+
+
+def test_through_the_resident_hook_server_the_same_loop_ends_the_same_way(home: Home, sockets: Path) -> None:
+    """The default for users: the first hook call starts a server that keeps the core loaded, and the later calls
+    of the run are answered by it, from the same state."""
+    run, api = scripted(home, [[shell(RUN)] for _ in range(6)], REPEAT_HOOKS_RESIDENT=str(sockets))
+    assert runs(home) == 2
+    seen = tool_outputs(api)
+    assert [text.startswith(BLOCKED) for text in seen] == [False, False, True, True, True, True]
+    assert seen[5].startswith(ENDED) and run.code == 0
+    assert served(sockets) >= 15  # 1 prompt, 7 model requests, 6 PreToolUse, 2 PostToolUse: all but the first
+
+
+def test_without_the_guard_every_repeat_runs(tmp_path: Path) -> None:
+    """The control: nothing installed, Codex runs the same command 6 times (it has no detector of its own)."""
+    if not codex_cli().exists():
+        missing_service(f"no Codex CLI at {codex_cli()}: {install_hint()}")
+    bare = Home(tmp_path)
+    run, api = scripted(bare, [[shell(RUN)] for _ in range(6)])
+    assert runs(bare) == 6 and run.code == 0
+    assert not any(text.startswith(BLOCKED) for text in tool_outputs(api))
