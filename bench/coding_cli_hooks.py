@@ -1,12 +1,14 @@
-"""What the Gemini CLI and Codex hook commands cost per tool call: the whole process, side by side with a bare Python
-hook (``claude_code_hook.py`` does the same for Claude Code, with the import breakdown).
+"""What the coding CLIs' hook commands cost per tool call: the whole process, side by side with a bare Python hook.
 
-Each command runs in a fresh subprocess with its CLI's pre-tool event on stdin (Gemini CLI's ``BeforeTool``, Codex's
-``PreToolUse``: a shell call, a fresh command or call id each round, so every round is decided and written), timed by
+Each command runs in a fresh subprocess with its CLI's pre-tool event on stdin (Claude Code's and Codex's
+``PreToolUse``, Gemini CLI's ``BeforeTool``: a shell call, a fresh command or call id each round, so every round is
+decided and written in the store on disk), timed by
 the wall clock, interleaved with the bare hook (``interleave.py``), ``RUNS`` rounds after a warm-up. Printed: each
 side's median and quartiles in ms, and the median of per-round ratios. Target (issue 29): at most 2x the bare hook.
 Twice: with the resident hook server (``repeat_hooks.kit.resident``, the default: the first call starts it, in a
-socket folder of the bench's own, stopped at the end) and with ``REPEAT_HOOKS_RESIDENT=off`` (a process per call).
+socket folder of the bench's own, stopped at the end: start-up, the client's imports, the event handed over a Unix
+socket, the server's settings, transaction and answer) and with ``REPEAT_HOOKS_RESIDENT=off`` (a process per call:
+start-up, pydantic and the core's models, settings, the transaction, the answer).
 
     .venv/bin/python bench/coding_cli_hooks.py
 """
@@ -15,20 +17,35 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from interleave import interleave, median_ratio
 
 RUNS = 31
 SCRIPT = os.path.join(os.path.dirname(sys.executable), "repeat-hooks")
 BARE = "import json, sys; event = json.load(sys.stdin); print(json.dumps({'decision': 'allow'}))"
+
+
+def claude_code(number: int) -> bytes:
+    """A ``PreToolUse`` event as Claude Code 2.1.332 sends it, with a fresh ``tool_use_id``."""
+    return json.dumps(
+        {
+            "session_id": "b667f1d2-0793-4823-9f6a-e83b2e0b3d3b",
+            "transcript_path": "/home/user/.claude/projects/-work/b667f1d2.jsonl",
+            "cwd": "/work",
+            "prompt_id": "8a93d0f3-eb5f-4bda-bed6-506aa6409424",
+            "permission_mode": "default",
+            "hook_event_name": "PreToolUse",
+            "tool_name": "Bash",
+            "tool_input": {"command": f"pytest -q tests/test_{number % 7}.py", "description": "Run the tests"},
+            "tool_use_id": f"toolu_{number:08d}",
+        }
+    ).encode()
 
 
 def gemini(number: int) -> bytes:
@@ -66,35 +83,33 @@ def codex(number: int) -> bytes:
 
 def timed(command: list[str], stdin: bytes, env: dict[str, str]) -> float:
     started = time.perf_counter()
-    subprocess.run(command, input=stdin, stdout=subprocess.DEVNULL, env=env, check=True)
-    return time.perf_counter() - started
+    done = subprocess.run(command, input=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} exited {done.returncode}: {done.stderr.decode(errors='replace')}")
+    return seconds
 
 
 def main() -> None:
-    from repeat_hooks.kit import resident
+    from repeat_hooks.kit.sandbox import resident_folder
 
     home = tempfile.mkdtemp(prefix="repeat-hooks-bench-")
-    for mode in (os.path.join(home, "run"), "off"):
-        env = {"HOME": home, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), resident.RESIDENT_ENV: mode}
-        try:
+    with resident_folder() as sockets:
+        for mode in (str(sockets), "off"):
+            env = {"HOME": home, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "REPEAT_HOOKS_RESIDENT": mode}
             measure(env, "one process per call" if mode == "off" else "with the resident server")
-        finally:
-            for socket in Path(mode).glob("*.sock") if mode != "off" else ():
-                info = resident.status(socket)
-                if info and isinstance(info.get("pid"), int):
-                    os.kill(info["pid"], signal.SIGTERM)  # a server this bench started, in its own folder
 
 
 def measure(env: dict[str, str], how: str) -> None:
     counter = iter(range(10**9))
-    events: dict[str, Callable[[int], bytes]] = {"gemini-cli": gemini, "codex": codex}
+    events: dict[str, Callable[[int], bytes]] = {"claude-code": claude_code, "gemini-cli": gemini, "codex": codex}
     samples = {
         f"repeat-hooks hook {cli}": (lambda cli=cli, make=make: timed([SCRIPT, "hook", cli], make(next(counter)), env))
         for cli, make in events.items()
     }
     samples["bare Python hook"] = lambda: timed([sys.executable, "-c", BARE], codex(next(counter)), env)
     figures = interleave(samples, RUNS, warmup=2)
-    print(f"Gemini CLI and Codex hook processes, {how}, {RUNS} interleaved rounds ({sys.version.split()[0]}):")
+    print(f"coding CLIs' hook processes, {how}, {RUNS} interleaved rounds ({sys.version.split()[0]}):")
     for name, seconds in figures.items():
         q1, median, q3 = statistics.quantiles([s * 1000 for s in seconds], n=4)
         print(f"  {name:32s} median {median:6.1f} ms  [{q1:.1f} - {q3:.1f}]")

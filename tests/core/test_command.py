@@ -16,8 +16,8 @@ from repeat_hooks import Policy, Refusal, Stop, ToolCall
 from repeat_hooks.errors import GuardSetupError
 from repeat_hooks.kit.command import (
     MAX_EVENT_BYTES,
-    Answer,
     Asked,
+    CommandHook,
     Event,
     Problem,
     Ran,
@@ -32,11 +32,11 @@ from repeat_hooks.messages import STORE_DOWN_REFUSAL, STORE_DOWN_STOP
 from repeat_hooks.stop_rules import Feed
 
 
-class Echo:
+class Echo(CommandHook):
     """A CLI of the test's own: ``{"e": "turn" | "ask" | "ran" | "failed" | "done", "s": session, "id", "x"}``;
     its answers say what the kit decided."""
 
-    owner = "repeat-hooks hook echo"
+    cli = "echo"
     failed_open = 7
     asks = "ask"
     feeds = (Feed.OUTCOMES, Feed.MODEL_CALLS, Feed.WARNINGS)
@@ -58,14 +58,14 @@ class Echo:
     def project(self, event: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
         return event.get("cwd") or environ.get("PROJECT")
 
-    def allow(self, event: Mapping[str, Any], warning: str | None) -> Answer:
-        return ({"warning": warning} if warning else None), 0
+    def allowed(self, event_name: str, warning: str | None) -> dict[str, Any] | None:
+        return {"warning": warning} if warning else None
 
-    def deny(self, event: Mapping[str, Any], refusal: Refusal, stop: Stop | None) -> Answer:
-        return {"deny": refusal.message, "reason": refusal.reason.value, "stop": stop and stop.reason.value}, 0
+    def denied(self, refusal: Refusal, stop: Stop | None) -> dict[str, Any]:
+        return {"deny": refusal.message, "reason": refusal.reason.value, "stop": stop and stop.reason.value}
 
-    def end(self, event: Mapping[str, Any], stop: Stop) -> Answer:
-        return {"end": stop.message, "reason": stop.reason.value}, 0
+    def ended(self, stop: Stop) -> dict[str, Any]:
+        return {"end": stop.message, "reason": stop.reason.value}
 
 
 def send(home: Path, event: Mapping[str, Any] | bytes, **env: str) -> tuple[int, Any, str]:
@@ -130,7 +130,7 @@ def test_errors_in_a_row_end_the_turn_at_a_responses_end(tmp_path: Path) -> None
     ("stdin", "said"),
     [
         (b"nope", "the event on stdin is not JSON (Expecting value at char 0)"),
-        (b'"text"', "the event on stdin is a JSON str, not an object"),
+        (b'"text"', "the event on stdin is a JSON string, not an object"),
         (b"{}", "the event has no session"),
         (b"[" * 100_000, "the event on stdin is not JSON"),
         (b"{" + b" " * MAX_EVENT_BYTES + b"}", f"the event on stdin is over {MAX_EVENT_BYTES} bytes"),
@@ -186,7 +186,7 @@ def test_the_settings_files_merge_and_name_a_misspelling(tmp_path: Path) -> None
     [
         ('{"fail": "maybe"}', "fail is 'open' or 'closed', not 'maybe'"),
         ('{"state": 3}', "state is the path of the state's SQLite file, not 3"),
-        ("[]", "holds a JSON list, not an object of settings"),
+        ("[]", "holds a JSON array, not an object of settings"),
         ("{", "not JSON"),
         ('{"max_model_seconds": 30}', "cannot feed seconds (a hook command sees no model call's time)"),
         ('{"max_calls": -1}', "max_calls"),
@@ -229,7 +229,7 @@ def test_install_merges_after_the_users_hooks_and_uninstall_removes_exactly_ours
     assert moved["hooks"]["Tool"][1]["hooks"][0]["command"] == "/w/bin/repeat-hooks hook echo"
     assert removed(moved, "echo") == users and removed(users, "echo") == users
     assert removed(merged, "other") == merged
-    with pytest.raises(GuardSetupError, match="'hooks' is a JSON list"):
+    with pytest.raises(GuardSetupError, match="'hooks' is a JSON array"):
         installed({"hooks": []}, ENTRIES, "c", "echo")
 
 

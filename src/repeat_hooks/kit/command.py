@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 from ..call import ToolCall
 from ..decision import Refusal, RefusalKind, Stop
@@ -38,12 +38,11 @@ from ..errors import GuardSetupError
 from ..policy import Policy
 from ..state import GuardState
 from ..stop_rules import Feed
-from .resident import MAX_EVENT_BYTES
+from .install import json_kind
+from .resident import MAX_EVENT_BYTES, SETTINGS_ENV, STATE_ENV
 
 PROJECT_FILE = ".repeat-hooks.json"
 """The project's settings file, in the project's root folder."""
-SETTINGS_ENV, STATE_ENV = "REPEAT_HOOKS_SETTINGS", "REPEAT_HOOKS_STATE"
-"""The environment variables naming the user's settings file, and the state's SQLite file."""
 COMMAND_SETTINGS = ("fail", "state")
 """The settings besides ``Policy``'s: the outage policy, and the state's SQLite file (the user's file only)."""
 STORE_TIMEOUT = 5.0
@@ -119,38 +118,82 @@ Answer = tuple[Mapping[str, Any] | None, int]
 """What the command prints on stdout (JSON; ``None``: nothing) and its exit code."""
 
 
-class Hook(Protocol):
-    """One CLI's hook protocol: what its events mean, and how it takes each answer."""
+class CommandHook:
+    """One CLI's hook protocol, for ``run``: what its events mean (``read``) and the JSON of each answer (``allowed``,
+    ``denied``, ``ended``; a decision exits 0). An adapter subclasses it, sets ``cli``, ``asks`` and ``feeds``, and
+    writes those four; the rest has its default."""
 
-    owner: str
-    """The command as the user runs it (``repeat-hooks hook claude-code``), naming it in every message."""
-    failed_open: int
-    """The exit code of a hook that failed but blocks nothing (the CLI shows its stderr, and goes on)."""
-    asks: str
+    cli: str = ""
+    """The CLI's name in ``repeat-hooks hook <cli>``."""
+    asks: str = ""
     """The CLI's name for the event of a call about to run (``PreToolUse``): an event of that name the hook cannot use
     is denied when failing closed, even when nothing else of it could be read."""
-    feeds: tuple[Feed, ...]
+    feeds: tuple[Feed, ...] = (Feed.OUTCOMES, Feed.MODEL_CALLS)
     """What the CLI's events feed the guard (``kit.FEEDS``; with ``Feed.WARNINGS`` where a result can carry a note)."""
+    failed_open: int = 1
+    """The exit code of a hook that failed but blocks nothing (the CLI shows its stderr, and goes on)."""
+    project_variable: str | None = None
+    """The environment variable the CLI names the project's folder in, if any (else the event's ``cwd``)."""
+
+    @property
+    def owner(self) -> str:
+        """The command as the user runs it (``repeat-hooks hook claude-code``), naming it in every message."""
+        return f"repeat-hooks hook {self.cli}"
 
     def read(self, event: Mapping[str, Any], policy: Policy) -> Event:
         """The meaning of one event (raises ``Problem`` for one that lacks what it needs)."""
-        ...
+        raise NotImplementedError(f"{type(self).__name__}.read")
 
     def project(self, event: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
         """The project folder whose settings file applies (``None``: none known)."""
-        ...
+        folder = (environ.get(self.project_variable) if self.project_variable else None) or event.get("cwd")
+        return folder if isinstance(folder, str) and folder else None
+
+    def allowed(self, event_name: str, warning: str | None) -> Mapping[str, Any] | None:
+        """The answer that lets an event go on (``None``: nothing printed); ``warning``: a note for the model after a
+        result (``Policy(warn=True)``)."""
+        return None
+
+    def denied(self, refusal: Refusal, stop: Stop | None) -> Mapping[str, Any]:
+        """The answer to a call refused (``refusal``: what the model reads); ``stop``: the turn ends too."""
+        raise NotImplementedError(f"{type(self).__name__}.denied")
+
+    def ended(self, stop: Stop) -> Mapping[str, Any] | None:
+        """The answer that ends the turn at a response's end (no further model call), the user told ``stop``."""
+        raise NotImplementedError(f"{type(self).__name__}.ended")
 
     def allow(self, event: Mapping[str, Any], warning: str | None) -> Answer:
-        """The answer that lets the event go on; ``warning``: a note for the model after a result."""
-        ...
+        return self.allowed(str(event.get("hook_event_name")), warning), 0
 
-    def deny(self, event: Mapping[str, Any], refusal: Refusal, stop: Stop | None) -> Answer:
-        """The answer to a call refused (``refusal``: what the model reads); ``stop``: the turn ends too."""
-        ...
+    def deny(self, refusal: Refusal, stop: Stop | None) -> Answer:
+        return self.denied(refusal, stop), 0
 
-    def end(self, event: Mapping[str, Any], stop: Stop) -> Answer:
-        """The answer that ends the turn at a response's end (no further model call), the user told ``stop``."""
-        ...
+    def end(self, stop: Stop) -> Answer:
+        return self.ended(stop), 0
+
+
+def cli_call(
+    name: str,
+    tool_input: Any,
+    call_id: str | None,
+    policy: Policy,
+    *,
+    read_only: frozenset[str] = frozenset(),
+    writes: frozenset[str] = frozenset(),
+    volatile: Mapping[str, frozenset[str]] = MappingProxyType({}),
+) -> ToolCall:
+    """The ``ToolCall`` of a call a CLI is about to run (or ran): ``call_id`` its id (``None``: the CLI gives none),
+    the fields ``volatile`` names for its tool left out (free text the model writes afresh beside the real arguments),
+    and its effect: ``read_only`` tools change nothing, ``writes`` change files, any other is unknown (a success may
+    change what others return); a tool the settings name in ``read_only`` or ``destructive`` is theirs to decide."""
+    dropped = volatile.get(name)
+    arguments = tool_input if tool_input is not None else {}
+    if dropped and isinstance(arguments, Mapping):
+        arguments = {field: value for field, value in arguments.items() if field not in dropped}
+    effect: bool | None = None
+    if name not in policy.read_only and name not in policy.destructive:
+        effect = True if name in read_only else False if name in writes else None
+    return ToolCall(name, arguments, call_id=call_id or None, read_only=effect)
 
 
 @dataclass(frozen=True)
@@ -173,7 +216,7 @@ def read_event(stream: IO[bytes]) -> dict[str, Any]:
         where = f" ({error.msg} at char {error.pos})" if isinstance(error, json.JSONDecodeError) else ""
         raise Problem(f"the event on stdin is not JSON{where}") from None
     if not isinstance(event, dict):
-        raise Problem(f"the event on stdin is a JSON {type(event).__name__}, not an object")
+        raise Problem(f"the event on stdin is a JSON {json_kind(event)}, not an object")
     return event
 
 
@@ -202,7 +245,7 @@ def _load(path: Path) -> dict[str, Any]:
     except ValueError as error:
         raise SettingsError(f"{path}: not JSON ({error})") from None
     if not isinstance(found, dict):
-        raise SettingsError(f"{path}: holds a JSON {type(found).__name__}, not an object of settings")
+        raise SettingsError(f"{path}: holds a JSON {json_kind(found)}, not an object of settings")
     return found
 
 
@@ -241,9 +284,13 @@ def settings(
     except (TypeError, GuardSetupError, ValidationError) as error:
         first = str(error).replace("\n", "; ").replace("=...?", "?")  # a file's key, not a keyword
         raise SettingsError(f"{named}: {first}", fail) from None
-    chosen = environ.get(STATE_ENV) or state
     default = _home("XDG_STATE_HOME", ".local/state", environ) / "repeat-hooks" / "hooks.sqlite3"
-    return Settings(policy, fail, Path(chosen).expanduser() if chosen else default)
+    given = environ.get(STATE_ENV)
+    if given:
+        return Settings(policy, fail, Path(given).expanduser())
+    if state:  # relative to the user's settings file, not to wherever the hook runs
+        return Settings(policy, fail, user.parent / Path(state).expanduser())
+    return Settings(policy, fail, default)
 
 
 def decide(policy: Policy, state: GuardState, event: Event) -> tuple[Refusal | None, Stop | None, str | None]:
@@ -277,7 +324,7 @@ def decide(policy: Policy, state: GuardState, event: Event) -> tuple[Refusal | N
 
 
 def run(
-    hook: Hook,
+    hook: CommandHook,
     *,
     stdin: IO[bytes] | None = None,
     stdout: IO[str] | None = None,
@@ -310,7 +357,7 @@ def run(
     return code
 
 
-def _fail_of(hook: Hook, environ: Mapping[str, str]) -> str:
+def _fail_of(hook: CommandHook, environ: Mapping[str, str]) -> str:
     """The outage policy the settings give, for an event that could not be read (``"open"`` if they cannot be
     read either)."""
     try:
@@ -319,7 +366,7 @@ def _fail_of(hook: Hook, environ: Mapping[str, str]) -> str:
         return mistake.fail
 
 
-def _decided(hook: Hook, chosen: Settings, event: Mapping[str, Any], meaning: Event, stderr: IO[str]) -> Answer:
+def _decided(hook: CommandHook, chosen: Settings, event: Mapping[str, Any], meaning: Event, stderr: IO[str]) -> Answer:
     """One event decided in the store's transaction; a store that cannot be reached fails as ``fail`` says."""
     from ..errors import StoreUnavailable
     from ..stores.sqlite import SQLiteStore
@@ -333,14 +380,14 @@ def _decided(hook: Hook, chosen: Settings, event: Mapping[str, Any], meaning: Ev
         reason = f"the state at {chosen.state} cannot be reached ({type(failure).__name__}: {failure})"
         return _failed(hook, event, meaning, reason.replace("\n", " "), chosen.fail, stderr)
     if refusal is not None:
-        return hook.deny(event, refusal, stop)
+        return hook.deny(refusal, stop)
     if stop is not None and not isinstance(meaning.step, Asked):
-        return hook.end(event, stop)
+        return hook.end(stop)
     return hook.allow(event, warning)
 
 
 def _failed(
-    hook: Hook, event: Mapping[str, Any] | None, meaning: Event | None, reason: str, fail: str, stderr: IO[str]
+    hook: CommandHook, event: Mapping[str, Any] | None, meaning: Event | None, reason: str, fail: str, stderr: IO[str]
 ) -> Answer:
     """One line on stderr; then, failing open, nothing on stdout and the CLI's code for a hook error that blocks
     nothing. Failing closed: a call about to run is denied, a response's end ends the turn, a turn's start or a
@@ -358,21 +405,39 @@ def _failed(
     if meaning is None:  # the event itself, or the settings, could not be used: the guard is off until fixed
         stop = Stop(message=f"{hook.owner} cannot guard this session ({reason}) and fails closed: fix it, or set "
                     '"fail": "open"', reason=StopReason.STORE_UNAVAILABLE)  # fmt: skip
-        return hook.deny(given, refusal, stop) if given.get("hook_event_name") == hook.asks else hook.end(given, stop)
+        return hook.deny(refusal, stop) if given.get("hook_event_name") == hook.asks else hook.end(stop)
     step = meaning.step
     if isinstance(step, Asked):
-        return hook.deny(given, refusal, None)
+        return hook.deny(refusal, None)
     if isinstance(step, (Turn, Ran)):
         return hook.allow(given, None)
-    return hook.end(given, Stop(message=STORE_DOWN_STOP, reason=StopReason.STORE_UNAVAILABLE))
+    return hook.end(Stop(message=STORE_DOWN_STOP, reason=StopReason.STORE_UNAVAILABLE))
 
 
 def session_stop(
-    session: str, *, turn_id: str | None = None, environ: Mapping[str, str] | None = None, project: str | None = None
+    returned: Mapping[str, Any] | str | BaseException | None,
+    *,
+    key: str,
+    output: str,
+    turn_id: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    project: str | None = None,
 ) -> Stop | None:
-    """How the guard ended session ``session``'s latest turn (or turn ``turn_id``, while its state keeps it), read
-    from the state file the hook command uses with ``environ`` (default: this process's) and ``project``'s settings;
-    ``None`` if it did not (or the session is unknown): an adapter's ``stop_of`` for a CLI whose hooks end turns."""
+    """An adapter's ``stop_of``: how the guard ended a session's latest turn (or turn ``turn_id``, while its state keeps
+    it), or ``None`` if it did not (or the session is unknown). ``returned`` is a line of the CLI's output naming the
+    session (parsed: its ``key``), a session id, or the ``GuardStopped`` a script raised (its stop); ``output`` names
+    the CLI's output in the message for anything else. Read from the state file the hook command uses with
+    ``environ`` (default: this process's) and ``project``'s settings."""
+    from .core import GuardStopped
+
+    if isinstance(returned, BaseException):
+        return GuardStopped.of(returned)
+    session = returned.get(key) if isinstance(returned, Mapping) else returned
+    if not isinstance(session, str) or not session:
+        raise GuardSetupError(
+            f"stop_of takes {output} (a dict with its {key}), a session id, or the RepeatGuardStopped a script "
+            f"raised; got {type(returned).__name__}"
+        )
     import asyncio
 
     from ..stores.sqlite import SQLiteStore

@@ -28,6 +28,17 @@ from typing import IO, Any
 from ..errors import GuardSetupError
 
 
+def json_kind(value: object) -> str:
+    """What a parsed JSON value is, in JSON's words (``object``, ``array``, ``string``, ``number``, ``boolean``,
+    ``null``), for the messages about a file or an event that holds the wrong one."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    kinds = ((dict, "object"), (list, "array"), (str, "string"), ((int, float), "number"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), type(value).__name__)
+
+
 @dataclass(frozen=True)
 class Entry:
     """One hook of ours: the CLI's event, its matcher (``None``: an event that takes none), and what the CLI's hook
@@ -135,7 +146,7 @@ def _holder(document: dict[str, Any], path: str) -> tuple[dict[str, Any], str]:
     holder = document
     for key in parents:
         if not isinstance(holder.get(key), dict):
-            raise GuardSetupError(f"'{key}' in the settings is a JSON {type(holder.get(key)).__name__}, not an object")
+            raise GuardSetupError(f"'{key}' in the settings is a JSON {json_kind(holder.get(key))}, not an object")
         holder = holder[key]
     return holder, last
 
@@ -149,13 +160,13 @@ def _with_hooks(document: Mapping[str, Any], entries: Sequence[Entry], command: 
     made = [] if "hooks" in result else [["hooks"]]  # noted in our first hook: uninstall removes them once empty
     hooks = result.setdefault("hooks", {})
     if not isinstance(hooks, dict):
-        raise GuardSetupError(f"'hooks' is a JSON {type(hooks).__name__}, not an object of events")
+        raise GuardSetupError(f"'hooks' is a JSON {json_kind(hooks)}, not an object of events")
     for entry in entries:
         if entry.event not in hooks:
             made.append([f"hooks.{entry.event}"])
         groups = hooks.setdefault(entry.event, [])
         if not isinstance(groups, list):
-            raise GuardSetupError(f"hooks.{entry.event} is a JSON {type(groups).__name__}, not a list")
+            raise GuardSetupError(f"hooks.{entry.event} is a JSON {json_kind(groups)}, not an array")
         ours = {"type": "command", "command": command, **entry.extra}
         found = False
         for group in groups:
@@ -254,7 +265,7 @@ def edit(
     except ValueError as error:
         raise GuardSetupError(f"{path}: not JSON ({error}); fix it or move it away first") from None
     if not isinstance(document, dict):
-        raise GuardSetupError(f"{path}: holds a JSON {type(document).__name__}, not an object of settings")
+        raise GuardSetupError(f"{path}: holds a JSON {json_kind(document)}, not an object of settings")
     after_document = change(document)
     if after_document == document:
         out.write(f"{path}: nothing to change\n")

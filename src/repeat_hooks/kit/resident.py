@@ -9,11 +9,11 @@ server and an in-process hook) count exactly together.
 Which server: one per interpreter, version and the environment the hook reads (``HOME``, the XDG folders,
 ``REPEAT_HOOKS_SETTINGS``, ``REPEAT_HOOKS_STATE``), its socket in a folder only the user can enter
 (``$XDG_RUNTIME_DIR/repeat-hooks``, else ``/tmp/repeat-hooks-<uid>``; ``REPEAT_HOOKS_RESIDENT`` names another, or
-``off``: every hook call in its own process). It answers a client the hook's exit code, stdout and stderr; it exits
-after ``IDLE_SECONDS`` without a call, and at the first call after its code changed (an upgrade, an edit of an
-editable install: the client then runs the hook itself). A client that finds no server runs the hook itself and then
-starts one, in the background, for the next call; one that cannot get an answer from a server it reached fails open
-(one line on stderr), never running the event twice.
+``off``: every hook call in its own process). A client hands a server only what the hook reads of its environment
+(never an API key), and only through a folder that is the user's alone. The server answers the hook's exit code,
+stdout and stderr; it exits after ``IDLE_SECONDS`` without a call, and at the first call after its code changed (an
+upgrade, an edit of an editable install). A client that gets no answer (no server, its code changed, it died or hung)
+runs the hook itself, with the settings' outage policy, and starts a server, in the background, for the next call.
 
 Only the standard library is imported here: the client's whole cost is the interpreter, this module and a socket.
 """
@@ -39,23 +39,43 @@ IDLE_SECONDS = 900.0
 """A server with no hook call for this long exits (a session that resumes starts one again)."""
 CONNECT_SECONDS = 0.5
 """How long a client waits to reach a server before it runs the hook itself."""
-ANSWER_SECONDS = 30.0
-"""How long a client waits for a server's answer (a store's lock wait included) before it fails open."""
-READS = ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "REPEAT_HOOKS_SETTINGS", "REPEAT_HOOKS_STATE", "PYTHONPATH")
+ANSWER_SECONDS = 10.0
+"""How long a client waits for a server's answer (a store's lock wait included) before it runs the hook itself: well
+inside every CLI's hook timeout (30 s as installed)."""
+STATE_ENV, SETTINGS_ENV = "REPEAT_HOOKS_STATE", "REPEAT_HOOKS_SETTINGS"
+"""The environment variables naming the state's SQLite file, and the user's settings file."""
+READS = ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", SETTINGS_ENV, STATE_ENV, "PYTHONPATH")
 """What the hook reads of its environment beyond the event's own (a project folder): a server serves only clients
 that agree on all of it, so it never reads one user's settings for another's event."""
+STALE = b'{"stale": true}'
+"""A server's answer when its code changed: the client runs the hook itself."""
 MAX_SOCKET_PATH = 100
 """Unix sockets take paths of about 100 bytes (104 to 108 by system): past that, no server."""
 
 
 def environment() -> dict[str, str]:
-    """This process's environment as a hook call hands it on: ``REPEAT_HOOKS_STATE`` made absolute (a server runs
-    elsewhere)."""
+    """This process's environment as a hook call reads it, wherever it runs (a server runs in ``/``): the hook's own
+    paths made absolute (``REPEAT_HOOKS_STATE``, ``REPEAT_HOOKS_SETTINGS``, ``REPEAT_HOOKS_RESIDENT``), and a relative
+    XDG folder dropped (the XDG specification says to ignore one)."""
     environ = dict(os.environ)
-    state = environ.get("REPEAT_HOOKS_STATE")
-    if state and not os.path.isabs(os.path.expanduser(state)):
-        environ["REPEAT_HOOKS_STATE"] = os.path.abspath(state)
+    for name in (STATE_ENV, SETTINGS_ENV, RESIDENT_ENV):
+        value = environ.get(name)
+        if value and value != "off" and not os.path.isabs(os.path.expanduser(value)):
+            environ[name] = os.path.abspath(value)
+    for name in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR"):
+        if name in environ and not os.path.isabs(environ[name]):
+            del environ[name]
     return environ
+
+
+def _handed(environ: Mapping[str, str]) -> dict[str, str]:
+    """What a client hands the server of its environment: what the hook reads (``READS``, the hook's own variables,
+    a CLI's project folder), nothing else (no API key goes to the server)."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name in READS or name.startswith("REPEAT_HOOKS_") or name.endswith("_PROJECT_DIR") or name == "PATH"
+    }
 
 
 def folder(environ: Mapping[str, str]) -> str | None:
@@ -83,11 +103,13 @@ def address(environ: Mapping[str, str]) -> str | None:
 
 
 def ask(cli: str, event: bytes, environ: Mapping[str, str]) -> tuple[int, str, str] | None:
-    """The server's answer to one hook event (exit code, stdout, stderr), or ``None`` when no server could be reached
-    (the caller runs the hook itself, then ``start``s one). A server reached that gives no answer is a failure to open:
-    exit code 1 and a line on stderr (the event may have been decided: it is never run twice)."""
+    """The server's answer to one hook event (exit code, stdout, stderr), or ``None``: no server answered (none runs,
+    its folder is not this user's alone, its code changed, it died or hung before answering). The caller then runs the
+    hook itself, with its settings' outage policy; an event the server had decided already is found again in the
+    state by its call id and not counted twice (Gemini CLI gives no call id: there, and only if a server dies between
+    its decision and its answer, the call counts twice)."""
     path = address(environ)
-    if path is None:
+    if path is None or not _own(os.path.dirname(path), path):
         return None
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -97,23 +119,19 @@ def ask(cli: str, event: bytes, environ: Mapping[str, str]) -> tuple[int, str, s
         except OSError:
             return None
         client.settimeout(ANSWER_SECONDS)
-        header = json.dumps({"cli": cli, "environ": dict(environ)}).encode()
+        header = json.dumps({"cli": cli, "environ": _handed(environ)}).encode()
         try:
             client.sendall(len(header).to_bytes(4, "big") + header + event)
             client.shutdown(socket.SHUT_WR)
         except OSError:
             return None  # it went away before it had the event: nothing was decided
         try:
-            reply = _received(client)
-        except OSError:
-            reply = b""  # it had the event and may have decided it: not run again
-        try:
-            answer = json.loads(reply)
+            answer = json.loads(_received(client))
             if answer.get("stale"):
                 return None  # its code changed: it exits, and the caller runs the hook itself
             return int(answer["code"]), str(answer["stdout"]), str(answer["stderr"])
-        except (ValueError, TypeError, KeyError, AttributeError):
-            return 1, "", f"repeat-hooks hook {cli}: the resident hook server at {path} gave no answer; failing open\n"
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return None  # it died or hung before answering
     finally:
         client.close()
 
@@ -135,7 +153,7 @@ def start(cli: str, environ: Mapping[str, str]) -> None:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            env=dict(environ),
+            env=_handed(environ),
             cwd="/",
         )
     except (OSError, ValueError):
@@ -174,6 +192,17 @@ def _received(connection: socket.socket, limit: int = MAX_REQUEST_BYTES) -> byte
     return b"".join(chunks)
 
 
+def _own(home: str, path: str) -> bool:
+    """Whether the folder ``home`` (not a link) and the socket ``path`` in it are this user's, the folder no one
+    else's to enter: else a socket there may be anyone's, and no event (nor any variable) goes to it."""
+    try:
+        folder, found = os.lstat(home), os.lstat(path)
+    except OSError:
+        return False
+    uid = os.getuid()
+    return folder.st_uid == uid and not folder.st_mode & 0o077 and os.path.isdir(home) and found.st_uid == uid
+
+
 def _private(home: str) -> None:
     """``home`` made (mode 0700) if missing; ``PermissionError`` unless it is the user's own and no one else's."""
     os.makedirs(home, mode=0o700, exist_ok=True)
@@ -185,31 +214,47 @@ def _private(home: str) -> None:
 # -- the server ------------------------------------------------------------------------------------------------
 
 
-def _fingerprint() -> tuple[tuple[str, int, int], ...]:
-    """Every module file of the core and the loaded adapters, with its size and mtime: a change means new code."""
-    import contextlib
-    from pathlib import Path
-
-    roots = {Path(__file__).resolve().parents[1]}
+def _roots() -> list[str]:
+    """The folders of the core and of every adapter loaded (``repeat_hooks_<name>``)."""
+    roots = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
     for name, module in list(sys.modules.items()):
-        if name.startswith("repeat_hooks_") and "." not in name and getattr(module, "__file__", None):
-            roots.add(Path(module.__file__).resolve().parent)  # type: ignore[arg-type]  # checked just above
+        file = getattr(module, "__file__", None)
+        if name.startswith("repeat_hooks_") and "." not in name and file:
+            roots.append(os.path.dirname(os.path.abspath(file)))
+    return roots
+
+
+def _fingerprint(root: str) -> tuple[tuple[str, int, int], ...]:
+    """Every module file under ``root``, with its size and mtime: a change means new code."""
     found = []
-    for root in sorted(roots):
-        for file in sorted(root.rglob("*.py")):
-            with contextlib.suppress(OSError):
-                stat = file.stat()
-                found.append((str(file), stat.st_size, stat.st_mtime_ns))
+    for folder, _, files in sorted(os.walk(root)):
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                try:
+                    stat = os.stat(path)
+                except OSError:
+                    continue
+                found.append((path, stat.st_size, stat.st_mtime_ns))
     return tuple(found)
 
 
 class _Server:
-    """The resident server's state: its code's fingerprint, the calls it answered, whether it should stop."""
+    """The resident server's state: its code's fingerprint (by folder, taken when first loaded), the calls it answered,
+    whether it should stop."""
 
     def __init__(self) -> None:
         self.served = 0
-        self.code: tuple[tuple[str, int, int], ...] | None = None
+        self.code: dict[str, tuple[tuple[str, int, int], ...]] = {}
         self.stopping = False
+
+    def changed(self) -> bool:
+        """Whether the code of the core, or of an adapter it loaded, changed since it was loaded."""
+        for root in _roots():
+            now = _fingerprint(root)
+            if self.code.setdefault(root, now) != now:
+                return True
+        return False
 
     def handle(self, connection: socket.socket) -> None:
         import io
@@ -226,11 +271,9 @@ class _Server:
                     connection.sendall(json.dumps({"pid": os.getpid(), "served": self.served}).encode())
                     return
                 module = adapter(str(header["cli"]))
-                if self.code is None:
-                    self.code = _fingerprint()
-                elif _fingerprint() != self.code:
+                if self.stopping or self.changed():
                     self.stopping = True
-                    connection.sendall(b'{"stale": true}')
+                    connection.sendall(STALE)
                     return
                 out, err = io.StringIO(), io.StringIO()
                 code = module.hook(stdin=io.BytesIO(event), stdout=out, stderr=err, environ=dict(header["environ"]))
@@ -238,7 +281,7 @@ class _Server:
                 connection.sendall(
                     json.dumps({"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}).encode()
                 )
-            except Exception:  # one call's failure: the client fails open, the server goes on
+            except Exception:  # one call's failure: its client runs the hook itself, the server goes on
                 return
 
 
@@ -263,27 +306,38 @@ def serve(path: str | os.PathLike[str], idle: float = IDLE_SECONDS, cli: str | N
         listener.bind(path)
         os.chmod(path, 0o600)
         listener.listen(64)
+        server = _Server()
+        server.changed()  # the code as it is before it is loaded: an edit from now on is a change
         if cli is not None:  # loaded now, so that the first call it answers pays nothing for it
             from ..offline.hooks import adapter
 
             with contextlib.suppress(Exception):
                 adapter(cli)
         listener.settimeout(min(idle, 1.0))
-        server = _Server()
-        last = time.monotonic()
+        last, running = time.monotonic(), list[threading.Thread]()
         try:
             while not server.stopping and time.monotonic() - last < idle:
                 try:
                     connection, _ = listener.accept()
                 except TimeoutError:
                     continue
+                except OSError:  # out of descriptors, say: the waiting clients run the hook themselves
+                    time.sleep(0.1)
+                    continue
                 last = time.monotonic()
-                threading.Thread(target=server.handle, args=(connection,), daemon=True).start()
+                thread = threading.Thread(target=server.handle, args=(connection,), daemon=True)
+                thread.start()
+                running = [*(other for other in running if other.is_alive()), thread]
         finally:
             listener.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+            for thread in running:  # the calls it took are answered before it goes
+                thread.join(ANSWER_SECONDS)
 
 
 if __name__ == "__main__":
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stopped: its socket removed on the way out
     serve(sys.argv[1], float(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)

@@ -6,9 +6,6 @@ run ended and its exit code."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,8 +15,8 @@ from repeat_hooks_claude_code import stop_of, trajectory
 from repeat_hooks_claude_code.testing import Home, Run, claude_cli, tool_results
 
 from repeat_hooks import StopReason
-from repeat_hooks.kit import resident
 from repeat_hooks.kit.fake_messages import FakeMessagesAPI, Reply, steps, tool_use
+from repeat_hooks.kit.sandbox import resident_folder, served
 from repeat_hooks.offline.replay import UNRECORDED
 
 pytestmark = pytest.mark.skipif(not claude_cli().exists(), reason="no Claude Code CLI (pip install claude-agent-sdk)")
@@ -52,26 +49,25 @@ def runs(home: Home) -> int:
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Home:
-    installed = Home(tmp_path)
-    installed.install()
-    return installed
+def home(tmp_path: Path) -> Iterator[Home]:
+    """The hook installed, its calls answered by a resident server after the first (as a user's are)."""
+    with resident_folder() as sockets:
+        installed = Home(tmp_path, resident=sockets)
+        installed.install()
+        yield installed
 
 
-@pytest.fixture(params=["own processes", "resident server"])
-def resident_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
-    """Each hook call in its own process, or every call after the first answered by the resident server (the
-    default: ``repeat_hooks.kit.resident``), its socket in a short folder of the test's, the server killed after."""
-    if request.param == "own processes":
+@pytest.fixture(params=["resident server", "own processes"])
+def resident_env(request: pytest.FixtureRequest, home: Home) -> Iterator[dict[str, str]]:
+    """Every hook call after the first answered by the resident server (the default, as in the other tests), or each
+    in its own process (``REPEAT_HOOKS_RESIDENT=off``)."""
+    assert home.resident is not None
+    if request.param == "resident server":
         yield {}
-        return
-    sockets = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))
-    sockets.chmod(0o700)
-    yield {"REPEAT_HOOKS_RESIDENT": str(sockets)}
-    for path in sockets.glob("*.sock"):
-        found = resident.status(path)
-        assert found is not None and found["served"] > 0  # it did answer calls of the run
-        os.kill(int(found["pid"]), signal.SIGTERM)
+        assert served(home.resident) > 0  # it did answer calls of the run
+    else:
+        yield {"REPEAT_HOOKS_RESIDENT": "off"}
+        assert served(home.resident) == 0
 
 
 def test_the_same_command_six_times_runs_twice_and_the_run_ends_with_the_guards_message(

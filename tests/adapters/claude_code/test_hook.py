@@ -194,7 +194,7 @@ def test_parallel_hook_processes_count_exactly(tmp_path: Path) -> None:
     ("stdin", "said"),
     [
         (b"{not json", "the event on stdin is not JSON (Expecting property name enclosed in double quotes at char 1)"),
-        (b"[1, 2]", "the event on stdin is a JSON list, not an object"),
+        (b"[1, 2]", "the event on stdin is a JSON array, not an object"),
         (b"{}", "the hook event has no session_id"),
         (b" " * (MAX_EVENT_BYTES + 1), f"the event on stdin is over {MAX_EVENT_BYTES} bytes"),
     ],

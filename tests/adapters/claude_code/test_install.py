@@ -133,7 +133,7 @@ def test_install_refuses_settings_it_could_not_use(tmp_path: Path) -> None:
     home.user_settings.write_text("{}")
     home.settings.write_text("[1]")
     done = home.repeat_hooks("install", "claude-code")
-    assert done.returncode == 2 and "holds a JSON list, not an object of settings" in done.stderr
+    assert done.returncode == 2 and "holds a JSON array, not an object of settings" in done.stderr
     assert home.settings.read_text() == "[1]"
 
 

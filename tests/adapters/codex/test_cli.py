@@ -6,9 +6,6 @@ the refusals, every later call of the turn is refused with the turn-over text, u
 
 from __future__ import annotations
 
-import os
-import signal
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,8 +16,8 @@ from repeat_hooks_codex.testing import Home, Run, codex_cli, tool_outputs
 from services import missing_service
 
 from repeat_hooks import StopReason
-from repeat_hooks.kit import resident
 from repeat_hooks.kit.fake_models import FakeResponsesAPI, Reply, call, install_hint
+from repeat_hooks.kit.sandbox import resident_folder, served
 
 PROMPT = "Keep the build green."
 RUN = "echo run >> ran.txt && echo '3 passed'"
@@ -32,12 +29,14 @@ ENDED = BLOCKED + "Refused: this turn has ended (ignored_refusals). Do not call 
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Home:
+def home(tmp_path: Path) -> Iterator[Home]:
+    """The hook installed, its calls answered by a resident server after the first (as a user's are)."""
     if not codex_cli().exists():
         missing_service(f"no Codex CLI at {codex_cli()}: {install_hint()}")
-    installed = Home(tmp_path)
-    installed.install()
-    return installed
+    with resident_folder() as sockets:
+        installed = Home(tmp_path, resident=sockets)
+        installed.install()
+        yield installed
 
 
 def shell(command: str) -> dict[str, Any]:
@@ -53,23 +52,6 @@ def scripted(home: Home, responses: Sequence[Reply], **env: str) -> tuple[Run, F
     with FakeResponsesAPI(answer) as api:
         run = home.codex(api, PROMPT, env=env)
     return run, api
-
-
-@pytest.fixture
-def sockets() -> Iterator[Path]:
-    """A short folder for resident hook servers' sockets, every server in it stopped at the end."""
-    folder = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))
-    folder.chmod(0o700)
-    yield folder
-    for path in folder.glob("*.sock"):
-        found = resident.status(path)
-        if found is not None:
-            os.kill(int(found["pid"]), signal.SIGTERM)
-
-
-def served(folder: Path) -> int:
-    """How many hook calls the resident server in ``folder`` answered."""
-    return sum(int((resident.status(path) or {}).get("served", 0)) for path in folder.glob("*.sock"))
 
 
 def runs(home: Home) -> int:
@@ -126,15 +108,15 @@ def test_a_failing_command_is_retried_once_then_refused(home: Home) -> None:
     assert run.code == 0
 
 
-def test_through_the_resident_hook_server_the_same_loop_ends_the_same_way(home: Home, sockets: Path) -> None:
-    """The default for users: the first hook call starts a server that keeps the core loaded, and the later calls
-    of the run are answered by it, from the same state."""
-    run, api = scripted(home, [[shell(RUN)] for _ in range(6)], REPEAT_HOOKS_RESIDENT=str(sockets))
+def test_with_each_hook_call_in_its_own_process_the_same_loop_ends_the_same_way(home: Home) -> None:
+    """The other tests' hook calls are answered by the resident server (all but the first); with
+    ``REPEAT_HOOKS_RESIDENT=off`` each runs in its own process, from the same state, to the same end."""
+    run, api = scripted(home, [[shell(RUN)] for _ in range(6)], REPEAT_HOOKS_RESIDENT="off")
     assert runs(home) == 2
     seen = tool_outputs(api)
     assert [text.startswith(BLOCKED) for text in seen] == [False, False, True, True, True, True]
     assert seen[5].startswith(ENDED) and run.code == 0
-    assert served(sockets) >= 15  # 1 prompt, 7 model requests, 6 PreToolUse, 2 PostToolUse: all but the first
+    assert home.resident is not None and served(home.resident) == 0
 
 
 def test_without_the_guard_every_repeat_runs(tmp_path: Path) -> None:

@@ -124,7 +124,7 @@ def test_parallel_hook_processes_count_exactly(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("stdin", "said"),
-    [(b"[1]", "the event on stdin is a JSON list, not an object"), (b"{}", "the hook event has no session_id")],
+    [(b"[1]", "the event on stdin is a JSON array, not an object"), (b"{}", "the hook event has no session_id")],
 )
 def test_an_unusable_event_fails_open_with_one_line(tmp_path: Path, stdin: bytes, said: str) -> None:
     assert answer(stdin, tmp_path) == (1, None, f"repeat-hooks hook codex: {said}; failing open\n")

@@ -5,9 +5,6 @@ exit code; and how the guard combines with Gemini CLI's own loop detection (on, 
 
 from __future__ import annotations
 
-import os
-import signal
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,8 +15,8 @@ from repeat_hooks_gemini_cli.testing import Home, Run, function_responses, gemin
 from services import missing_service
 
 from repeat_hooks import StopReason
-from repeat_hooks.kit import resident
 from repeat_hooks.kit.fake_models import FakeGeminiAPI, Reply, call, install_hint
+from repeat_hooks.kit.sandbox import resident_folder, served
 
 PROMPT = "Keep the build green."
 RUN = "echo run >> ran.txt && echo '3 passed'"
@@ -29,12 +26,14 @@ STOPPED = "Agent execution stopped by hook: repeat-hooks stopped the turn (ignor
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Home:
+def home(tmp_path: Path) -> Iterator[Home]:
+    """The hook installed, its calls answered by a resident server after the first (as a user's are)."""
     if not gemini_cli().exists():
         missing_service(f"no Gemini CLI at {gemini_cli()}: {install_hint()}")
-    installed = Home(tmp_path)
-    installed.install()
-    return installed
+    with resident_folder() as sockets:
+        installed = Home(tmp_path, resident=sockets)
+        installed.install()
+        yield installed
 
 
 def shell(command: str, description: str) -> dict[str, Any]:
@@ -50,23 +49,6 @@ def scripted(home: Home, responses: Sequence[Reply], **env: str) -> tuple[Run, F
     with FakeGeminiAPI(answer) as api:
         run = home.gemini(api, PROMPT, env=env)
     return run, api
-
-
-@pytest.fixture
-def sockets() -> Iterator[Path]:
-    """A short folder for resident hook servers' sockets, every server in it stopped at the end."""
-    folder = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))
-    folder.chmod(0o700)
-    yield folder
-    for path in folder.glob("*.sock"):
-        found = resident.status(path)
-        if found is not None:
-            os.kill(int(found["pid"]), signal.SIGTERM)
-
-
-def served(folder: Path) -> int:
-    """How many hook calls the resident server in ``folder`` answered."""
-    return sum(int((resident.status(path) or {}).get("served", 0)) for path in folder.glob("*.sock"))
 
 
 def runs(home: Home) -> int:
@@ -133,16 +115,14 @@ def test_a_failing_command_is_retried_once_then_refused(home: Home) -> None:
     assert run.code == 0
 
 
-def test_through_the_resident_hook_server_the_same_loop_ends_the_same_way(home: Home, sockets: Path) -> None:
-    """The default for users: the first hook call starts a server that keeps the core loaded, and the later calls
-    of the run are answered by it, from the same state."""
-    run, api = scripted(
-        home, [[shell(RUN, f"Run the tests, take {n}")] for n in range(6)], REPEAT_HOOKS_RESIDENT=str(sockets)
-    )
+def test_with_each_hook_call_in_its_own_process_the_same_loop_ends_the_same_way(home: Home) -> None:
+    """The other tests' hook calls are answered by the resident server (all but the first); with
+    ``REPEAT_HOOKS_RESIDENT=off`` each runs in its own process, from the same state, to the same end."""
+    run, api = scripted(home, [[shell(RUN, f"Run the tests, take {n}")] for n in range(6)], REPEAT_HOOKS_RESIDENT="off")
     assert runs(home) == 2
     assert [list(r) for r in function_responses(api)] == [["output"], ["output"], ["error"], ["error"]]
     assert run.code == 0 and f"run_shell_command: {STOPPED}" in run.stderr
-    assert served(sockets) >= 10  # 1 BeforeAgent, 5 BeforeModel, 5 BeforeTool, 2 AfterTool: all but the first
+    assert home.resident is not None and served(home.resident) == 0
 
 
 def test_without_the_guard_geminis_own_detector_misses_a_loop_whose_description_changes(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from repeat_hooks import Policy, Refusal, Stop, ToolCall
+from repeat_hooks.kit.command import cli_call
 
 READ_ONLY: frozenset[str] = frozenset(
     "Read Glob Grep LS NotebookRead WebFetch WebSearch ToolSearch TaskOutput BashOutput ListMcpResourcesTool "  # noqa: SIM905
@@ -36,14 +37,7 @@ def tool_call(name: str, tool_input: Any, call_id: str | None, policy: Policy) -
     tool's volatile fields left out, and its effect (read-only, or a write) unless the settings name the tool in
     ``read_only`` or ``destructive`` (they decide then). Any other tool (``Bash``, an MCP tool) is unknown: a success
     of it may change what the others return."""
-    volatile = VOLATILE_ARGUMENTS.get(name)
-    arguments = tool_input if tool_input is not None else {}
-    if volatile and isinstance(arguments, Mapping):
-        arguments = {field: value for field, value in arguments.items() if field not in volatile}
-    read_only: bool | None = None
-    if name not in policy.read_only and name not in policy.destructive:
-        read_only = True if name in READ_ONLY else False if name in WRITES else None
-    return ToolCall(name, arguments, call_id=call_id or None, read_only=read_only)
+    return cli_call(name, tool_input, call_id, policy, read_only=READ_ONLY, writes=WRITES, volatile=VOLATILE_ARGUMENTS)
 
 
 _WRAPPER = frozenset({"interrupted", "isImage", "noOutputExpected", "_meta", "meta", "annotations"})

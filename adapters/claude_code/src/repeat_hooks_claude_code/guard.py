@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import IO, Any
 
 import repeat_hooks
-from repeat_hooks import Policy, Refusal, Stop
+from repeat_hooks import Policy
 from repeat_hooks.kit import GuardStopped
-from repeat_hooks.kit.command import Answer, Asked, Event, Problem, Ran, Responded, Turn, run
+from repeat_hooks.kit.command import Asked, CommandHook, Event, Problem, Ran, Responded, Turn, run
 from repeat_hooks.kit.install import Entry
 from repeat_hooks.stop_rules import Feed
 
@@ -76,14 +76,17 @@ def settings_file(scope: str, environ: Mapping[str, str] | None = None, cwd: str
     return (Path(config) if config else Path(environ.get("HOME") or Path.home()) / ".claude") / "settings.json"
 
 
-class ClaudeCodeHook:
-    """Claude Code's hook protocol for ``repeat_hooks.kit.command.run`` (see the module's docstring)."""
+class ClaudeCodeHook(CommandHook):
+    """Claude Code's hook protocol for ``repeat_hooks.kit.command.run`` (see the module's docstring); a hook that
+    fails open exits 1, Claude Code's non-blocking error: the call goes on, the stderr line shown in the transcript."""
 
-    owner = f"repeat-hooks hook {CLI}"
-    feeds = FEEDS
+    cli = CLI
     asks = "PreToolUse"
-    failed_open = 1
-    """Claude Code's non-blocking error: the call goes on, the stderr line is shown in the transcript view."""
+    feeds = FEEDS
+    project_variable = "CLAUDE_PROJECT_DIR"
+    allowed = staticmethod(allowed)
+    denied = staticmethod(denied)
+    ended = staticmethod(ended)
 
     def read(self, event: Mapping[str, Any], policy: Policy) -> Event:
         name, session = event.get("hook_event_name"), event.get("session_id")
@@ -113,19 +116,6 @@ class ClaudeCodeHook:
         if name == "PostToolUse":
             return Event(key, turn_id, Ran(call, True, result_view(event.get("tool_response"))))
         return Event(key, turn_id, Ran(call, False, event.get("error")))
-
-    def project(self, event: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
-        folder = environ.get("CLAUDE_PROJECT_DIR") or event.get("cwd")
-        return folder if isinstance(folder, str) and folder else None
-
-    def allow(self, event: Mapping[str, Any], warning: str | None) -> Answer:
-        return allowed(str(event.get("hook_event_name")), warning), 0
-
-    def deny(self, event: Mapping[str, Any], refusal: Refusal, stop: Stop | None) -> Answer:
-        return denied(refusal, stop), 0
-
-    def end(self, event: Mapping[str, Any], stop: Stop) -> Answer:
-        return ended(stop), 0
 
 
 def hook(

@@ -6,12 +6,11 @@ that ran ``claude -p`` and holds its stream-json ``result`` (Claude Code says on
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
-from repeat_hooks import GuardSetupError, Stop
-from repeat_hooks.kit import GuardStopped
+from repeat_hooks import Stop
+from repeat_hooks.kit.command import session_stop
 
 
 def session_key(session_id: str, agent_id: str | None = None) -> str:
@@ -31,22 +30,11 @@ def stop_of(
     a stream-json ``result`` line names (parsed: its ``session_id``), or a session id; its latest turn, or turn
     ``turn_id`` (a ``prompt_id``) while the state keeps its stop. Read from the state file the hook command uses
     with ``environ`` (default: this process's) and ``project``'s settings. A ``RepeatGuardStopped``: its stop."""
-    if isinstance(returned, BaseException):
-        return GuardStopped.of(returned)
-    session = returned.get("session_id") if isinstance(returned, Mapping) else returned
-    if not isinstance(session, str) or not session:
-        got = type(returned).__name__
-        raise GuardSetupError(
-            f"stop_of takes a stream-json result of `claude -p` (a dict with its session_id), a session id, or the "
-            f"RepeatGuardStopped a script raised; got {got}"
-        )
-    import asyncio
-
-    from repeat_hooks.kit.command import settings
-    from repeat_hooks.stores.sqlite import SQLiteStore
-
-    chosen = settings(project, os.environ if environ is None else environ, owner="stop_of")
-    if not chosen.state.exists():
-        return None
-    state = asyncio.run(SQLiteStore(chosen.state).load(session))
-    return None if state is None else state.stop_of(turn_id)
+    return session_stop(
+        returned,
+        key="session_id",
+        output="a stream-json result of `claude -p`",
+        turn_id=turn_id,
+        environ=environ,
+        project=project,
+    )

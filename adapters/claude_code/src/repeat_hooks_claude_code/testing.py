@@ -19,15 +19,13 @@ The CLI is the one the Claude Agent SDK's wheel bundles (``claude_agent_sdk/_bun
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from repeat_hooks.kit import sandbox
 from repeat_hooks.kit.fake_messages import MODEL, FakeMessagesAPI, offline_env
 
 from .guard import settings_file
@@ -69,52 +67,25 @@ class Run:
         ]
 
 
-class Home:
-    """An isolated user: ``HOME`` (so the hook's settings and state live under it: ``~/.config/repeat-hooks``,
-    ``~/.local/state/repeat-hooks``), ``CLAUDE_CONFIG_DIR`` (``~/.claude``, the user settings the hook is installed
-    in, and the transcripts) and a ``project`` folder the CLI runs in."""
+class Home(sandbox.Home):
+    """An isolated user (``repeat_hooks.kit.sandbox.Home``) with ``CLAUDE_CONFIG_DIR`` here too (``~/.claude``: the user
+    settings the hook is installed in, and the transcripts)."""
 
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
+    cli = "claude-code"
+    prefixes = ("CLAUDE", "ANTHROPIC")
+
+    def __init__(self, root: str | Path, *, resident: Path | None = None) -> None:
+        super().__init__(root, resident=resident)
         self.config = self.root / ".claude"
-        self.project = self.root / "project"
-        self.project.mkdir(parents=True, exist_ok=True)
         self.config.mkdir(parents=True, exist_ok=True)
 
-    def env(self, **extra: str) -> dict[str, str]:
-        """The environment of the hook command and of ``repeat-hooks``: this one with ``HOME`` and
-        ``CLAUDE_CONFIG_DIR`` here and none of the variables that would point elsewhere; no resident hook server
-        (``REPEAT_HOOKS_RESIDENT=off``) unless ``extra`` names its folder."""
-        kept = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith(("XDG_", "REPEAT_HOOKS_", "CLAUDE", "ANTHROPIC"))
-        }
-        resident = {"REPEAT_HOOKS_RESIDENT": "off"}  # each hook call in its own process, unless a test starts one
-        return {**kept, "HOME": str(self.root), "CLAUDE_CONFIG_DIR": str(self.config), **resident, **extra}
+    def own(self) -> dict[str, str]:
+        return {"CLAUDE_CONFIG_DIR": str(self.config)}
 
     @property
     def settings(self) -> Path:
         """Claude Code's user settings file in this home."""
         return settings_file("user", self.env())
-
-    @property
-    def user_settings(self) -> Path:
-        """The hook command's user settings file in this home (``~/.config/repeat-hooks/settings.json``)."""
-        return self.root / ".config" / "repeat-hooks" / "settings.json"
-
-    def repeat_hooks(self, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        """``repeat-hooks <args>`` (the console command of this environment) run in the project, in this home."""
-        command = [sys.executable, "-m", "repeat_hooks", *args]
-        return subprocess.run(
-            command, cwd=self.project, env=self.env(**extra), capture_output=True, text=True, timeout=60, check=False
-        )
-
-    def install(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """``repeat-hooks install claude-code`` (the user's settings, by default); asserts it succeeded."""
-        done = self.repeat_hooks("install", "claude-code", *args)
-        assert done.returncode == 0, done.stderr
-        return done
 
     def claude(
         self,
@@ -127,14 +98,10 @@ class Home:
     ) -> Run:
         """``claude -p <prompt> --output-format stream-json --verbose`` in the project, against ``api``, with only
         ``tools`` (allowed without asking)."""
-        environ = {**self.env(**dict(env or {})), **offline_env(api, self.root), "CLAUDE_CONFIG_DIR": str(self.config)}
+        environ = {**self.env(**dict(env or {})), **offline_env(api, self.root), **self.own()}
         command = [str(claude_cli()), "-p", prompt, "--output-format", "stream-json", "--verbose", "--model", MODEL]
         command += ["--tools", ",".join(tools), "--allowedTools", *tools]
-        done = subprocess.run(
-            command, cwd=self.project, env=environ, capture_output=True, text=True, timeout=timeout, check=False
-        )
-        lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-        return Run(done.returncode, lines, done.stderr)
+        return Run(*self.run(command, environ, timeout))
 
 
 def tool_results(api: FakeMessagesAPI) -> list[tuple[bool, str]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from repeat_hooks import Policy, Refusal, RefusalKind, Stop, ToolCall
+from repeat_hooks.kit.command import cli_call
 
 WRITES: frozenset[str] = frozenset({"apply_patch", "Edit", "Write"})
 """Codex's own tools that change files (``apply_patch``, however a Codex version names it to hooks): a success
@@ -25,10 +26,7 @@ TURN_OVER = "This turn is over ({reason}): do not call any more tools; answer wi
 def tool_call(name: str, tool_input: Any, call_id: str | None, policy: Policy) -> ToolCall:
     """The ``ToolCall`` of a call Codex is about to run (or ran): its ``tool_use_id`` (the model's ``call_id``) as
     the call id, and its effect (a write) unless the settings name the tool in ``read_only`` or ``destructive``."""
-    read_only: bool | None = None
-    if name not in policy.read_only and name not in policy.destructive and name in WRITES:
-        read_only = False
-    return ToolCall(name, tool_input if tool_input is not None else {}, call_id=call_id or None, read_only=read_only)
+    return cli_call(name, tool_input, call_id, policy, writes=WRITES)
 
 
 def denied(refusal: Refusal, stop: Stop | None) -> dict[str, Any]:

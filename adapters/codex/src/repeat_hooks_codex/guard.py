@@ -24,9 +24,9 @@ from types import MappingProxyType
 from typing import IO, Any
 
 import repeat_hooks
-from repeat_hooks import Policy, Refusal, Stop
+from repeat_hooks import Policy, Stop
 from repeat_hooks.kit import GuardStopped
-from repeat_hooks.kit.command import Answer, Asked, Event, Problem, Ran, Responded, Turn, run
+from repeat_hooks.kit.command import Asked, CommandHook, Event, Problem, Ran, Responded, Turn, run
 from repeat_hooks.kit.install import Entry
 from repeat_hooks.stop_rules import Feed
 
@@ -67,14 +67,14 @@ def settings_file(scope: str, environ: Mapping[str, str] | None = None, cwd: str
     return (Path(home) if home else Path(environ.get("HOME") or Path.home()) / ".codex") / "hooks.json"
 
 
-class CodexHook:
-    """Codex's hook protocol for ``repeat_hooks.kit.command.run`` (see the module's docstring)."""
+class CodexHook(CommandHook):
+    """Codex's hook protocol for ``repeat_hooks.kit.command.run`` (see the module's docstring); a hook that exits 1
+    blocks nothing in Codex: the call goes on (2 would deny it)."""
 
-    owner = f"repeat-hooks hook {CLI}"
-    feeds = FEEDS
-    failed_open = 1
-    """A hook that exits 1 blocks nothing in Codex: the call goes on (2 would deny it)."""
+    cli = CLI
     asks = "PreToolUse"
+    feeds = FEEDS
+    denied = staticmethod(denied)
 
     def read(self, event: Mapping[str, Any], policy: Policy) -> Event:
         name, session = event.get("hook_event_name"), event.get("session_id")
@@ -97,18 +97,8 @@ class CodexHook:
             return Event(session, turn_id, Asked(call))
         return Event(session, turn_id, Ran(call, True, event.get("tool_response")))
 
-    def project(self, event: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
-        folder = event.get("cwd")
-        return folder if isinstance(folder, str) and folder else None
-
-    def allow(self, event: Mapping[str, Any], warning: str | None) -> Answer:
-        return None, 0
-
-    def deny(self, event: Mapping[str, Any], refusal: Refusal, stop: Stop | None) -> Answer:
-        return denied(refusal, stop), 0
-
-    def end(self, event: Mapping[str, Any], stop: Stop) -> Answer:
-        return None, 0  # Codex ends no turn from a hook: the guard refuses every later call of this one instead
+    def ended(self, stop: Stop) -> None:
+        return None  # Codex ends no turn from a hook: the guard refuses every later call of this one instead
 
 
 def hook(

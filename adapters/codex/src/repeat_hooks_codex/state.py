@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from repeat_hooks import GuardSetupError, Stop
-from repeat_hooks.kit import GuardStopped
+from repeat_hooks import Stop
 from repeat_hooks.kit.command import session_stop
 
 
@@ -24,13 +23,6 @@ def stop_of(
     not: the session a ``--json`` line names (parsed: its ``thread_id``, as ``thread.started`` has it), or a
     session id; read from the state file the hook command uses with ``environ`` (default: this process's) and
     ``project``'s settings. A ``RepeatGuardStopped``: its stop."""
-    if isinstance(returned, BaseException):
-        return GuardStopped.of(returned)
-    session = returned.get("thread_id") if isinstance(returned, Mapping) else returned
-    if not isinstance(session, str) or not session:
-        got = type(returned).__name__
-        raise GuardSetupError(
-            f"stop_of takes a --json line of `codex exec` (a dict with its thread_id), a session id, or the "
-            f"RepeatGuardStopped a script raised; got {got}"
-        )
-    return session_stop(session, environ=environ, project=project)
+    return session_stop(
+        returned, key="thread_id", output="a --json line of `codex exec`", environ=environ, project=project
+    )

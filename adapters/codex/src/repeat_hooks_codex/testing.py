@@ -17,15 +17,14 @@ Hooks run only with ``--dangerously-bypass-hook-trust`` here (a user trusts them
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from repeat_hooks.kit import sandbox
 from repeat_hooks.kit.fake_models import FakeResponsesAPI, node_cli, responses_outputs
 
 from .guard import settings_file
@@ -64,52 +63,26 @@ class Run:
         ]
 
 
-class Home:
-    """An isolated user: ``HOME`` (the hook's settings and state under it), ``CODEX_HOME`` (``~/.codex``: the
-    ``config.toml`` naming the scripted API, and ``hooks.json``), and a ``project`` git repository the CLI runs in."""
+class Home(sandbox.Home):
+    """An isolated user (``repeat_hooks.kit.sandbox.Home``) with ``CODEX_HOME`` here (``~/.codex``: the ``config.toml``
+    naming the scripted API, and ``hooks.json``), the project a git repository."""
 
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
+    cli = "codex"
+    prefixes = ("CODEX", "OPENAI")
+
+    def __init__(self, root: str | Path, *, resident: Path | None = None) -> None:
+        super().__init__(root, resident=resident)
         self.codex_home = self.root / ".codex"
-        self.project = self.root / "project"
-        self.project.mkdir(parents=True, exist_ok=True)
         self.codex_home.mkdir(parents=True, exist_ok=True)
         subprocess.run(["git", "init", "-q", str(self.project)], check=True, timeout=30)
 
-    def env(self, **extra: str) -> dict[str, str]:
-        """The environment of the CLI, the hook command and ``repeat-hooks``: this one with the home here, none of
-        the variables that would point elsewhere, and no resident hook server (``REPEAT_HOOKS_RESIDENT=off``: each
-        hook call in its own process) unless ``extra`` names its folder."""
-        kept = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith(("XDG_", "REPEAT_HOOKS_", "CODEX", "OPENAI"))
-        }
-        isolated = {"HOME": str(self.root), "CODEX_HOME": str(self.codex_home), "REPEAT_HOOKS_RESIDENT": "off"}
-        return {**kept, **isolated, **extra}
+    def own(self) -> dict[str, str]:
+        return {"CODEX_HOME": str(self.codex_home)}
 
     @property
     def settings(self) -> Path:
         """Codex's user hooks file in this home (``$CODEX_HOME/hooks.json``)."""
         return settings_file("user", self.env())
-
-    @property
-    def user_settings(self) -> Path:
-        """The hook command's user settings file in this home (``~/.config/repeat-hooks/settings.json``)."""
-        return self.root / ".config" / "repeat-hooks" / "settings.json"
-
-    def repeat_hooks(self, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        """``repeat-hooks <args>`` (the console command of this environment) run in the project, in this home."""
-        command = [sys.executable, "-m", "repeat_hooks", *args]
-        return subprocess.run(
-            command, cwd=self.project, env=self.env(**extra), capture_output=True, text=True, timeout=60, check=False
-        )
-
-    def install(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """``repeat-hooks install codex`` (the user's hooks file, by default); asserts it succeeded."""
-        done = self.repeat_hooks("install", "codex", *args)
-        assert done.returncode == 0, done.stderr
-        return done
 
     def codex(
         self, api: FakeResponsesAPI, prompt: str, *, env: Mapping[str, str] | None = None, timeout: float = 120
@@ -123,18 +96,7 @@ class Home:
         environ = {**self.env(**dict(env or {})), "FAKE_API_KEY": "offline-dummy-key"}
         command = [str(codex_cli()), "exec", "--json", "--skip-git-repo-check", "--disable", "plugins"]
         command += ["--dangerously-bypass-hook-trust", prompt]
-        done = subprocess.run(
-            command,
-            cwd=self.project,
-            env=environ,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-        lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-        return Run(done.returncode, lines, done.stderr)
+        return Run(*self.run(command, environ, timeout))
 
 
 def tool_outputs(api: FakeResponsesAPI) -> list[str]:

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from repeat_hooks import Policy, Refusal, Stop, ToolCall
+from repeat_hooks.kit.command import cli_call
 
 READ_ONLY: frozenset[str] = frozenset(
     "read_file read_many_files glob grep_search search_file_content list_directory web_fetch google_web_search "  # noqa: SIM905
@@ -44,14 +45,7 @@ def tool_call(name: str, tool_input: Any, policy: Policy) -> ToolCall:
     """The ``ToolCall`` of a call Gemini CLI is about to run (or ran): a built-in tool's volatile fields left out,
     and its effect (read-only, or a write) unless the settings name the tool in ``read_only`` or ``destructive``.
     Any other tool (``run_shell_command``, an MCP tool) is unknown: a success of it may change what others return."""
-    volatile = VOLATILE_ARGUMENTS.get(name)
-    arguments = tool_input if tool_input is not None else {}
-    if volatile and isinstance(arguments, Mapping):
-        arguments = {field: value for field, value in arguments.items() if field not in volatile}
-    read_only: bool | None = None
-    if name not in policy.read_only and name not in policy.destructive:
-        read_only = True if name in READ_ONLY else False if name in WRITES else None
-    return ToolCall(name, arguments, read_only=read_only)
+    return cli_call(name, tool_input, None, policy, read_only=READ_ONLY, writes=WRITES, volatile=VOLATILE_ARGUMENTS)
 
 
 def outcome(name: str, tool_response: Any) -> tuple[bool, Any]:

@@ -25,9 +25,9 @@ from types import MappingProxyType
 from typing import IO, Any
 
 import repeat_hooks
-from repeat_hooks import Policy, Refusal, Stop
+from repeat_hooks import Policy
 from repeat_hooks.kit import GuardStopped
-from repeat_hooks.kit.command import Answer, Asked, Event, Problem, Ran, Responded, Turn, run
+from repeat_hooks.kit.command import Asked, CommandHook, Event, Problem, Ran, Responded, Turn, run
 from repeat_hooks.kit.install import Entry
 from repeat_hooks.stop_rules import Feed
 
@@ -74,14 +74,17 @@ def settings_file(scope: str, environ: Mapping[str, str] | None = None, cwd: str
     return Path(home) / ".gemini" / "settings.json"
 
 
-class GeminiCLIHook:
-    """Gemini CLI's hook protocol for ``repeat_hooks.kit.command.run`` (see the module's docstring)."""
+class GeminiCLIHook(CommandHook):
+    """Gemini CLI's hook protocol for ``repeat_hooks.kit.command.run`` (see the module's docstring); a hook that
+    fails open exits 1, Gemini CLI's non-blocking error: the call goes on, and the CLI warns with the stderr line."""
 
-    owner = f"repeat-hooks hook {CLI}"
-    feeds = FEEDS
+    cli = CLI
     asks = "BeforeTool"
-    failed_open = 1
-    """Gemini CLI's non-blocking error: the call goes on, and the CLI prints a warning with the stderr line."""
+    feeds = FEEDS
+    project_variable = "GEMINI_PROJECT_DIR"
+    allowed = staticmethod(allowed)
+    denied = staticmethod(denied)
+    ended = staticmethod(ended)
 
     def read(self, event: Mapping[str, Any], policy: Policy) -> Event:
         name, session = event.get("hook_event_name"), event.get("session_id")
@@ -101,19 +104,6 @@ class GeminiCLIHook:
             return Event(session, None, Asked(call))
         ok, result = outcome(tool, event.get("tool_response"))
         return Event(session, None, Ran(call, ok, result))
-
-    def project(self, event: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
-        folder = environ.get("GEMINI_PROJECT_DIR") or event.get("cwd")
-        return folder if isinstance(folder, str) and folder else None
-
-    def allow(self, event: Mapping[str, Any], warning: str | None) -> Answer:
-        return allowed(str(event.get("hook_event_name")), warning), 0
-
-    def deny(self, event: Mapping[str, Any], refusal: Refusal, stop: Stop | None) -> Answer:
-        return denied(refusal, stop), 0
-
-    def end(self, event: Mapping[str, Any], stop: Stop) -> Answer:
-        return ended(stop), 0
 
 
 def hook(

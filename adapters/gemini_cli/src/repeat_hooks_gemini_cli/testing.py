@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from repeat_hooks.kit import sandbox
 from repeat_hooks.kit.fake_models import FakeGeminiAPI, gemini_responses, node_cli
 
 from .guard import settings_file
@@ -71,56 +70,30 @@ class Run:
         return [line for line in self.lines if line.get("type") == kind]
 
 
-class Home:
-    """An isolated user: ``HOME`` and ``GEMINI_CLI_HOME`` (so Gemini CLI's settings, and the hook's, live under it:
-    ``~/.gemini``, ``~/.config/repeat-hooks``, ``~/.local/state/repeat-hooks``), empty system settings, and a
-    ``project`` folder the CLI runs in (trusted)."""
+class Home(sandbox.Home):
+    """An isolated user (``repeat_hooks.kit.sandbox.Home``) whose ``HOME`` is Gemini CLI's too (``GEMINI_CLI_HOME``:
+    ``~/.gemini``), with empty system settings, the project folder trusted."""
 
-    def __init__(self, root: str | Path, settings: Mapping[str, Any] = USERS_SETTINGS) -> None:
-        self.root = Path(root)
-        self.project = self.root / "project"
-        self.project.mkdir(parents=True, exist_ok=True)
+    cli = "gemini-cli"
+    prefixes = ("GEMINI", "GOOGLE")
+
+    def __init__(
+        self, root: str | Path, settings: Mapping[str, Any] = USERS_SETTINGS, *, resident: Path | None = None
+    ) -> None:
+        super().__init__(root, resident=resident)
         self.system = self.root / "system-settings.json"
         self.system.write_text("{}\n")
         self.settings.parent.mkdir(parents=True, exist_ok=True)
         if settings:
             self.settings.write_text(json.dumps(settings, indent=2) + "\n")
 
-    def env(self, **extra: str) -> dict[str, str]:
-        """The environment of the CLI, the hook command and ``repeat-hooks``: this one with the home here, none of
-        the variables that would point elsewhere, and no resident hook server (``REPEAT_HOOKS_RESIDENT=off``: each
-        hook call in its own process) unless ``extra`` names its folder."""
-        kept = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith(("XDG_", "REPEAT_HOOKS_", "GEMINI", "GOOGLE"))
-        }
-        home = str(self.root)
-        isolated = {"HOME": home, "GEMINI_CLI_HOME": home, "TMPDIR": str(self.root), "REPEAT_HOOKS_RESIDENT": "off"}
-        return {**kept, **isolated, **extra}
+    def own(self) -> dict[str, str]:
+        return {"GEMINI_CLI_HOME": str(self.root), "TMPDIR": str(self.root)}
 
     @property
     def settings(self) -> Path:
         """Gemini CLI's user settings file in this home."""
         return settings_file("user", {"HOME": str(self.root)})
-
-    @property
-    def user_settings(self) -> Path:
-        """The hook command's user settings file in this home (``~/.config/repeat-hooks/settings.json``)."""
-        return self.root / ".config" / "repeat-hooks" / "settings.json"
-
-    def repeat_hooks(self, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        """``repeat-hooks <args>`` (the console command of this environment) run in the project, in this home."""
-        command = [sys.executable, "-m", "repeat_hooks", *args]
-        return subprocess.run(
-            command, cwd=self.project, env=self.env(**extra), capture_output=True, text=True, timeout=60, check=False
-        )
-
-    def install(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """``repeat-hooks install gemini-cli`` (the user's settings, by default); asserts it succeeded."""
-        done = self.repeat_hooks("install", "gemini-cli", *args)
-        assert done.returncode == 0, done.stderr
-        return done
 
     def gemini(
         self, api: FakeGeminiAPI, prompt: str, *, env: Mapping[str, str] | None = None, timeout: float = 120
@@ -138,18 +111,7 @@ class Home:
         environ = {**self.env(**dict(env or {})), **offline}
         command = ["node", str(gemini_cli()), "-p", prompt, "--output-format", "stream-json", "-m", MODEL]
         command += ["--approval-mode", "yolo"]
-        done = subprocess.run(
-            command,
-            cwd=self.project,
-            env=environ,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-        lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-        return Run(done.returncode, lines, done.stderr)
+        return Run(*self.run(command, environ, timeout))
 
 
 def function_responses(api: FakeGeminiAPI) -> list[dict[str, Any]]:

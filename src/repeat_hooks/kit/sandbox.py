@@ -1,0 +1,108 @@
+"""An isolated user for the tests that run a coding CLI with the hook command installed (``Home``), and a short private
+folder for resident hook servers that a test starts and stops (``resident_folder``). What every CLI adapter's
+``testing`` needs, written once: each adapter's ``Home`` only says which CLI it is, which of its variables point
+elsewhere, where its own settings live and how to run it. Not for production."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from . import resident
+
+__all__ = ["Home", "resident_folder"]
+
+
+class Home:
+    """An isolated user in ``root``: ``HOME`` (so the hook's settings and state live under it:
+    ``~/.config/repeat-hooks``, ``~/.local/state/repeat-hooks``) and a ``project`` folder the CLI runs in. The
+    environment (``env``) drops this process's variables that would point elsewhere (the XDG folders, the hook's own,
+    and the CLI's: ``prefixes``); its hook calls are answered by a resident hook server with its socket in ``resident``
+    (as a user's are: ``resident_folder`` makes one, and stops its server), or each runs in its own process (``None``:
+    ``REPEAT_HOOKS_RESIDENT=off``)."""
+
+    cli: str = ""
+    """The CLI's name in ``repeat-hooks hook|install <cli>``."""
+    prefixes: tuple[str, ...] = ()
+    """The CLI's own environment variables (by prefix), dropped from this process's."""
+
+    def __init__(self, root: str | Path, *, resident: Path | None = None) -> None:
+        self.root = Path(root)
+        self.resident = resident
+        self.project = self.root / "project"
+        self.project.mkdir(parents=True, exist_ok=True)
+
+    def own(self) -> dict[str, str]:
+        """The CLI's variables that point into this home (``CLAUDE_CONFIG_DIR``...): none here."""
+        return {}
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The environment of the CLI, the hook command and ``repeat-hooks``, ``extra`` over it."""
+        dropped = ("XDG_", "REPEAT_HOOKS_", *self.prefixes)
+        kept = {key: value for key, value in os.environ.items() if not key.startswith(dropped)}
+        served = str(self.resident) if self.resident is not None else "off"
+        return {**kept, "HOME": str(self.root), **self.own(), "REPEAT_HOOKS_RESIDENT": served, **extra}
+
+    @property
+    def user_settings(self) -> Path:
+        """The hook command's user settings file in this home (``~/.config/repeat-hooks/settings.json``)."""
+        return self.root / ".config" / "repeat-hooks" / "settings.json"
+
+    def repeat_hooks(self, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        """``repeat-hooks <args>`` (the console command of this environment) run in the project, in this home."""
+        command = [sys.executable, "-m", "repeat_hooks", *args]
+        return subprocess.run(
+            command, cwd=self.project, env=self.env(**extra), capture_output=True, text=True, timeout=60, check=False
+        )
+
+    def install(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``repeat-hooks install <cli>`` (the user's settings, by default); asserts it succeeded."""
+        done = self.repeat_hooks("install", self.cli, *args)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    def run(
+        self, command: Sequence[str], env: Mapping[str, str], timeout: float
+    ) -> tuple[int, list[dict[str, object]], str]:
+        """``command`` run headless in the project with ``env``: its exit code, its JSON lines (parsed) and stderr."""
+        import json
+
+        done = subprocess.run(
+            list(command),
+            cwd=self.project,
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+        lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        return done.returncode, lines, done.stderr
+
+
+@contextlib.contextmanager
+def resident_folder() -> Iterator[Path]:
+    """A short folder private to this user for resident hook servers' sockets (a socket's path is at most about 100
+    bytes: a test's own temporary folder is often longer); every server in it stopped at the end."""
+    folder = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))
+    folder.chmod(0o700)
+    try:
+        yield folder
+    finally:
+        for path in folder.glob("*.sock"):
+            found = resident.status(path)
+            if found is not None and int(found["pid"]) != os.getpid():  # a server in a thread of this one stops itself
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(found["pid"]), signal.SIGTERM)
+
+
+def served(folder: Path) -> int:
+    """How many hook calls the resident servers in ``folder`` answered."""
+    return sum(int((resident.status(path) or {}).get("served", 0)) for path in folder.glob("*.sock"))
