@@ -71,7 +71,58 @@ def steps(request: Mapping[str, Any], prompt: str) -> int:
     return sum(1 for message in messages[start:] if message.get("role") == "assistant")
 
 
-class FakeMessagesAPI:
+class Served:
+    """A scripted model API's HTTP server: a thread of this process on a free 127.0.0.1 port, every request kept
+    (``requests``); ``start()``/``stop()``, or use it as a context manager. ``handler`` makes the request handler
+    class from the API object."""
+
+    def __init__(self, handler: Callable[[Any], type[BaseHTTPRequestHandler]], name: str) -> None:
+        self.requests: list[dict[str, Any]] = []
+        """Every request, oldest first: ``method``, ``path``, ``body`` (parsed JSON, where it is), and what the API
+        adds to its record."""
+        self._name = name
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler(self))
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>``: the CLI's base URL for the API."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Any:
+        """Serve in a daemon thread; returns the API."""
+        self._thread = threading.Thread(target=self._server.serve_forever, name=self._name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> Any:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _record(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            self.requests.append(record)
+
+
+class FakeMessagesAPI(Served):
     """A scripted Anthropic Messages API on a free 127.0.0.1 port, in a thread of this process.
 
     ``answer`` makes each response from the request. ``delay`` seconds pass before each content block of a
@@ -81,22 +132,11 @@ class FakeMessagesAPI:
     """
 
     def __init__(self, answer: Answer, *, delay: float = 0.0, input_tokens: int = 50, output_tokens: int = 10) -> None:
+        super().__init__(_handler, "fake-messages-api")
         self.answer = answer
         self.delay = delay
         self.input_tokens = input_tokens
         self.output_tokens = output_tokens
-        self.requests: list[dict[str, Any]] = []
-        """Every request, oldest first: ``method``, ``path``, ``headers`` (a few), ``body`` (parsed JSON), and for
-        a model call ``answered_at``, when its response was all sent (``time.monotonic()``)."""
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        """The port it listens on."""
-        return int(self._server.server_address[1])
 
     @property
     def base_url(self) -> str:
@@ -114,28 +154,11 @@ class FakeMessagesAPI:
 
     def start(self) -> FakeMessagesAPI:
         """Serve in a daemon thread."""
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-messages-api", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        started: FakeMessagesAPI = super().start()
+        return started
 
     def __enter__(self) -> FakeMessagesAPI:
         return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    def _record(self, record: dict[str, Any]) -> None:
-        with self._lock:
-            self.requests.append(record)
 
     def _message(self, body: Mapping[str, Any]) -> dict[str, Any]:
         reply = self.answer(dict(body)) if body.get("tools") else "ok"

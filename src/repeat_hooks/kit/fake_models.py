@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from types import TracebackType
 from typing import Any
+
+from .fake_messages import Served
 
 Reply = str | Sequence[Mapping[str, Any]]
 """One model response: a text answer, or its calls (``call(...)``), run in parallel when there are several."""
@@ -39,47 +39,17 @@ def call(name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
     return {"name": name, "arguments": dict(arguments)}
 
 
-class _FakeAPI:
-    """The HTTP server both fakes share: a thread of this process on a free 127.0.0.1 port; ``start()``/``stop()``,
-    or use it as a context manager."""
+class _FakeAPI(Served):
+    """The HTTP server both fakes share (``fake_messages.Served``); ``respond`` makes a model call's answer."""
 
     def __init__(self, answer: Answer) -> None:
+        super().__init__(_handler, "fake-model-api")
         self.answer = answer
-        self.requests: list[dict[str, Any]] = []
-        """Every request, oldest first: ``method``, ``path``, ``body`` (parsed JSON, where it is)."""
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
-
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:<port>``."""
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def model_requests(self) -> list[dict[str, Any]]:
         """The bodies of the model calls that offered tools (the agent's own steps, not the CLI's side queries)."""
         with self._lock:
             return [r["body"] for r in self.requests if r.get("model") and isinstance(r["body"], dict)]
-
-    def start(self) -> _FakeAPI:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-model-api", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> Any:
-        return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def respond(self, path: str, body: Any, record: dict[str, Any]) -> bytes | None:
         """The SSE body for a model call at ``path`` (``None``: not one); sets ``record["model"]`` for an agent step."""
@@ -231,8 +201,7 @@ def _handler(api: _FakeAPI) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 body = raw.decode("utf-8", "replace")
             record: dict[str, Any] = {"method": self.command, "path": self.path, "body": body}
-            with api._lock:
-                api.requests.append(record)
+            api._record(record)
             try:
                 streamed = api.respond(self.path.split("?")[0], body, record) if self.command == "POST" else None
             except Exception as error:  # a script's mistake: a 500 the CLI reports, and the test sees it

@@ -12,11 +12,27 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import resident
 
-__all__ = ["Home", "resident_folder"]
+__all__ = ["Home", "Run", "resident_folder", "served"]
+
+
+@dataclass
+class Run:
+    """One headless run of a CLI: its exit code, its JSON lines (parsed) and its stderr; an adapter's ``Run`` adds what
+    its CLI's lines say."""
+
+    code: int
+    lines: list[dict[str, Any]]
+    stderr: str
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]:
+        """The lines of one ``type``."""
+        return [line for line in self.lines if line.get("type") == kind]
 
 
 class Home:
@@ -69,8 +85,9 @@ class Home:
 
     def run(
         self, command: Sequence[str], env: Mapping[str, str], timeout: float
-    ) -> tuple[int, list[dict[str, object]], str]:
-        """``command`` run headless in the project with ``env``: its exit code, its JSON lines (parsed) and stderr."""
+    ) -> tuple[int, list[dict[str, Any]], str]:
+        """``command`` run headless in the project with ``env``: its exit code, its JSON lines (parsed) and stderr
+        (a ``Run``'s fields)."""
         import json
 
         done = subprocess.run(

@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +41,8 @@ def claude_cli() -> Path:
     return Path(spec.origin).parent / "_bundled" / "claude"
 
 
-@dataclass
-class Run:
+class Run(sandbox.Run):
     """One headless run of the CLI: its exit code, its stream-json lines (parsed) and its stderr."""
-
-    code: int
-    lines: list[dict[str, Any]]
-    stderr: str
 
     @property
     def result(self) -> dict[str, Any]:

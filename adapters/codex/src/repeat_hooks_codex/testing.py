@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +40,8 @@ def codex_cli() -> Path:
     return node_cli("@openai", "codex-linux-x64", "vendor", "x86_64-unknown-linux-musl", "bin", "codex")
 
 
-@dataclass
-class Run:
+class Run(sandbox.Run):
     """One headless run of the CLI: its exit code, its ``--json`` lines (parsed) and its stderr."""
-
-    code: int
-    lines: list[dict[str, Any]]
-    stderr: str
 
     @property
     def thread_id(self) -> str:

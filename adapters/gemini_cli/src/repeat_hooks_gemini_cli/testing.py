@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +45,8 @@ def gemini_cli() -> Path:
     return Path(named) if named else node_cli("@google", "gemini-cli", "bundle", "gemini.js")
 
 
-@dataclass
-class Run:
+class Run(sandbox.Run):
     """One headless run of the CLI: its exit code, its stream-json lines (parsed) and its stderr."""
-
-    code: int
-    lines: list[dict[str, Any]]
-    stderr: str
 
     @property
     def result(self) -> dict[str, Any]:
@@ -64,10 +58,6 @@ class Run:
     def session_id(self) -> str:
         """The session's id, from the ``init`` line."""
         return str(next(line["session_id"] for line in self.lines if line.get("type") == "init"))
-
-    def of_type(self, kind: str) -> list[dict[str, Any]]:
-        """The stream-json lines of one ``type`` (``tool_use``, ``tool_result``, ``error``, ``message``...)."""
-        return [line for line in self.lines if line.get("type") == kind]
 
 
 class Home(sandbox.Home):
