@@ -37,8 +37,10 @@ $(NODE_CLI_STAMP):
 	npm install --prefix $(NODE_CLI_DIR) --no-audit --no-fund --loglevel=error $(NODE_CLIS)
 	touch $@
 
+# Two workers, each test file on one of them (its module fixtures and services with it): the suite's real loops and
+# servers wait more than they compute, so this halves its time on a 2-core machine.
 test: lint typecheck node-clis
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # The core claims Python 3.10-3.13: `make test-pythons` type-checks (mypy --python-version X.Y) and runs the
 # core's and the OpenAI adapter's tests on the oldest and newest, each in a venv of its own (.venv-3.10,

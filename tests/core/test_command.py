@@ -62,7 +62,8 @@ class Echo(CommandHook):
         return {"warning": warning} if warning else None
 
     def denied(self, refusal: Refusal, stop: Stop | None) -> dict[str, Any]:
-        return {"deny": refusal.message, "reason": refusal.reason.value, "stop": stop and stop.reason.value}
+        said = {"said": stop.message} if stop is not None else {}
+        return {"deny": refusal.message, "reason": refusal.reason.value, "stop": stop and stop.reason.value, **said}
 
     def ended(self, stop: Stop) -> dict[str, Any]:
         return {"end": stop.message, "reason": stop.reason.value}
@@ -143,8 +144,10 @@ def test_an_unusable_event_is_one_line_then_open_or_closed(tmp_path: Path, stdin
     user_settings(tmp_path, '{"fail": "closed"}')
     code, out, err = send(tmp_path, stdin)
     told = f"repeat-hooks hook echo cannot guard this session ({said}"  # the user reads what is wrong
-    assert code == 0 and out is not None and out["reason"] == "store_unavailable" and out["end"].startswith(told)
-    assert out["end"].endswith('and fails closed: fix it, or set "fail": "open"') and err.endswith("; failing closed\n")
+    assert code == 0 and out is not None and out["deny"] == STORE_DOWN_REFUSAL  # no event read: it may be a call
+    assert out["stop"] == "store_unavailable" and out["said"].startswith(told)
+    assert out["said"].endswith('and fails closed: fix it, or set "fail": "open"')
+    assert err.endswith("; failing closed\n")
 
 
 def test_a_store_it_cannot_reach_denies_only_what_it_must_when_closed(tmp_path: Path) -> None:
@@ -188,7 +191,6 @@ def test_the_settings_files_merge_and_name_a_misspelling(tmp_path: Path) -> None
         ('{"state": 3}', "state is the path of the state's SQLite file, not 3"),
         ("[]", "holds a JSON array, not an object of settings"),
         ("{", "not JSON"),
-        ('{"max_model_seconds": 30}', "cannot feed seconds (a hook command sees no model call's time)"),
         ('{"max_calls": -1}', "max_calls"),
     ],
 )
@@ -201,6 +203,23 @@ def test_settings_that_cannot_work_are_refused(tmp_path: Path, text: str, said: 
     assert (code, out) == (7, None) and said in err and err.count("\n") == 1
 
 
+def test_settings_a_clis_events_cannot_feed_are_left_out_of_its_guard_and_said(tmp_path: Path) -> None:
+    # One settings file serves every CLI: warn works where a result takes a note, and a budget on model seconds,
+    # cost or repeated answers works for none; what cannot work is left out (the guard goes on), each with why.
+    user_settings(tmp_path, '{"warn": true, "max_model_seconds": 30, "max_calls": 1}')
+    chosen = settings(None, {"HOME": str(tmp_path)}, owner="echo", feeds=(Feed.OUTCOMES, Feed.MODEL_CALLS))
+    assert chosen.policy.warn is False and chosen.policy.max_model_seconds is None and chosen.policy.max_calls == 1
+    assert chosen.unused == (
+        "max_model_seconds (a hook command sees no model call's time)",
+        "warn (it hands the model no note after a result)",
+    )
+    all_feeds = (Feed.OUTCOMES, Feed.MODEL_CALLS, Feed.WARNINGS)
+    noted = settings(None, {"HOME": str(tmp_path)}, owner="echo", feeds=all_feeds)
+    assert noted.policy.warn is True
+    assert noted.unused == ("max_model_seconds (a hook command sees no model call's time)",)
+    assert one_call(tmp_path, 1) is None and one_call(tmp_path, 2) is not None  # the guard is on: max_calls=1
+
+
 def test_a_project_cannot_move_the_state(tmp_path: Path) -> None:
     (tmp_path / ".repeat-hooks.json").write_text('{"state": "/etc/passwd"}')
     with pytest.raises(SettingsError, match="'state' is a user setting"):
@@ -208,6 +227,8 @@ def test_a_project_cannot_move_the_state(tmp_path: Path) -> None:
 
 
 ENTRIES = (Entry("Before", None, {"timeout": 5}), Entry("Tool", "*"))
+OURS = "/v/bin/repeat-hooks hook echo"
+"""The command install writes: this environment's console script by its absolute path."""
 
 
 def test_install_merges_after_the_users_hooks_and_uninstall_removes_exactly_ours() -> None:
@@ -238,13 +259,13 @@ def test_edit_keeps_the_files_form(tmp_path: Path) -> None:
     before = '{\n\t"a": [\n\t\t1\n\t]\n}'
     path.write_text(before)
     out = io.StringIO()
-    assert edit(path, lambda d: installed(d, ENTRIES, "repeat-hooks hook echo", "echo"), out=out)
+    assert edit(path, lambda d: installed(d, ENTRIES, OURS, "echo"), out=out)
     assert path.read_text().startswith('{\n\t"a": [') and not path.read_text().endswith("\n")
-    assert not edit(path, lambda d: installed(d, ENTRIES, "repeat-hooks hook echo", "echo"), out=out)
+    assert not edit(path, lambda d: installed(d, ENTRIES, OURS, "echo"), out=out)
     assert edit(path, lambda d: removed(d, "echo"), dry_run=True, out=out) and '"hooks"' in path.read_text()
     assert edit(path, lambda d: removed(d, "echo"), out=out) and path.read_text() == before
     assert out.getvalue().count("updated") == 2 and "nothing to change" in out.getvalue()
-    assert is_ours("repeat-hooks hook echo", "echo") and not is_ours(["repeat-hooks"], "echo")
+    assert is_ours(OURS, "echo") and not is_ours(["repeat-hooks"], "echo")
 
 
 def test_a_bug_is_one_line_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -260,9 +281,12 @@ def test_a_bug_is_one_line_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_only_the_command_install_writes_is_ours() -> None:
-    assert is_ours("/v/bin/repeat-hooks hook echo", "echo") and is_ours("repeat-hooks hook echo", "echo")
-    assert is_ours("'/a b/python3.12' -m repeat_hooks hook echo", "echo")
+    assert is_ours("/v/bin/repeat-hooks hook echo", "echo") and is_ours(
+        "'/a b/python3.12' -m repeat_hooks hook echo", "echo"
+    )
     for users in (
+        "repeat-hooks hook echo",  # on the user's PATH, as a team's shared settings spell it
+        "python3 -m repeat_hooks hook echo",
         "echo repeat-hooks hook echo finished >> ~/log",  # a log line naming it
         "REPEAT_HOOKS_STATE=/srv/x nice repeat-hooks hook echo",  # a wrapper of the user's own
         "repeat-hooks hook echo --verbose",
@@ -274,14 +298,20 @@ def test_only_the_command_install_writes_is_ours() -> None:
         assert not is_ours(users, "echo"), users
 
 
-def test_uninstall_leaves_the_users_own_hook_that_runs_it_and_install_adds_ours_beside() -> None:
+def test_an_entry_of_the_users_that_runs_the_hook_is_theirs_install_adds_none_beside_it() -> None:
     own = {"type": "command", "command": "REPEAT_HOOKS_STATE=/srv/x nice repeat-hooks hook echo", "timeout": 5}
     logs = {"type": "command", "command": "echo repeat-hooks hook echo finished >> ~/log"}
     users = {"hooks": {"Tool": [{"matcher": "*", "hooks": [own]}], "Stop": [{"hooks": [logs]}]}}
-    merged = installed(users, ENTRIES, "/v/bin/repeat-hooks hook echo", "echo")
-    assert merged["hooks"]["Tool"][0] == {"matcher": "*", "hooks": [own]}  # untouched: its command, its timeout
-    assert merged["hooks"]["Tool"][1]["hooks"][0]["command"] == "/v/bin/repeat-hooks hook echo"
+    merged = installed(users, ENTRIES, OURS, "echo")
+    assert merged["hooks"]["Tool"] == [{"matcher": "*", "hooks": [own]}]  # untouched, and none of ours beside it
+    assert merged["hooks"]["Before"][0]["hooks"][0]["command"] == OURS  # where none of theirs runs it, ours
     assert removed(merged, "echo") == users
+    team = {
+        "hooks": {
+            entry.event: [{"hooks": [{"type": "command", "command": "repeat-hooks hook echo"}]}] for entry in ENTRIES
+        }
+    }
+    assert installed(team, ENTRIES, OURS, "echo") == team and removed(team, "echo") == team  # a team's shared entries
 
 
 @pytest.mark.parametrize(
@@ -299,7 +329,7 @@ def test_install_then_uninstall_gives_back_the_same_bytes(tmp_path: Path, before
     path = tmp_path / "settings.json"
     path.write_text(before, encoding="utf-8")
     out = io.StringIO()
-    assert edit(path, lambda d: installed(d, ENTRIES, "repeat-hooks hook echo", "echo"), out=out)
+    assert edit(path, lambda d: installed(d, ENTRIES, OURS, "echo"), out=out)
     assert is_ours(json.loads(path.read_text())["hooks"]["Tool"][-1]["hooks"][0]["command"], "echo")
     assert edit(path, lambda d: removed(d, "echo"), out=out)
     assert path.read_text(encoding="utf-8") == before
@@ -311,7 +341,7 @@ def test_install_writes_through_a_link_and_refuses_a_read_only_or_undecodable_fi
     target.write_text("{}\n")
     link = tmp_path / "settings.json"
     link.symlink_to(target)
-    assert edit(link, lambda d: installed(d, ENTRIES, "repeat-hooks hook echo", "echo"), out=io.StringIO())
+    assert edit(link, lambda d: installed(d, ENTRIES, OURS, "echo"), out=io.StringIO())
     assert link.is_symlink() and "repeat-hooks hook echo" in target.read_text()
     target.chmod(0o444)
     try:
@@ -325,7 +355,7 @@ def test_install_writes_through_a_link_and_refuses_a_read_only_or_undecodable_fi
     private = tmp_path / "private.json"
     private.write_text("{}\n")
     private.chmod(0o600)
-    assert edit(private, lambda d: installed(d, ENTRIES, "repeat-hooks hook echo", "echo"), out=io.StringIO())
+    assert edit(private, lambda d: installed(d, ENTRIES, OURS, "echo"), out=io.StringIO())
     assert private.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dotfiles", "private.json", "settings.json"]  # no temp left
 
@@ -365,7 +395,12 @@ def test_a_model_call_event_before_every_call_counts_as_a_response_end_after_eac
 def test_install_sets_what_the_cli_needs_and_uninstall_puts_back_what_was_there(there: bool | None) -> None:
     document: dict[str, Any] = {"model": "m"} if there is None else {"model": "m", "hooksConfig": {"enabled": there}}
     entries = [Entry("BeforeTool", "*")]
-    done = installed(document, entries, "repeat-hooks hook gemini-cli", "gemini-cli", {"hooksConfig.enabled": True})
+    done = installed(
+        document, entries, "/v/bin/repeat-hooks hook gemini-cli", "gemini-cli", {"hooksConfig.enabled": True}
+    )
     assert done["hooksConfig"] == {"enabled": True}
-    assert installed(done, entries, "repeat-hooks hook gemini-cli", "gemini-cli", {"hooksConfig.enabled": True}) == done
+    assert (
+        installed(done, entries, "/v/bin/repeat-hooks hook gemini-cli", "gemini-cli", {"hooksConfig.enabled": True})
+        == done
+    )
     assert removed(done, "gemini-cli") == document

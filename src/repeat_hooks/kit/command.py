@@ -54,7 +54,8 @@ NO_FEED: Mapping[Feed, str] = MappingProxyType(
         Feed.ANSWERS: "a hook command sees no text answer before its turn is over",
     }
 )
-"""The figures no coding CLI's hook events carry: a budget on one is refused at setup, with the reason."""
+"""The figures no coding CLI's hook events carry: a budget on one is left out of the guard (``Settings.unused``;
+``repeat-hooks install`` says so), never a reason to turn the guard off."""
 
 
 class Problem(Exception):
@@ -198,11 +199,14 @@ def cli_call(
 
 @dataclass(frozen=True)
 class Settings:
-    """The guard's settings for one event: the policy, the outage policy, and the state's SQLite file."""
+    """The guard's settings for one event: the policy, the outage policy, the state's SQLite file, and the settings
+    left out for this CLI (``unused``: each with why), which its events cannot feed (the settings file is every CLI's:
+    ``warn`` works for one CLI and not another)."""
 
     policy: Policy
     fail: str
     state: Path
+    unused: tuple[str, ...] = ()
 
 
 def read_event(stream: IO[bytes]) -> dict[str, Any]:
@@ -280,17 +284,39 @@ def settings(
         raise SettingsError(f"{user}: state is the path of the state's SQLite file, not {state!r}")
     try:
         policy = policy_from(None, merged, owner=owner, keywords=COMMAND_SETTINGS)
+        policy, unused = _fed(policy, feeds)
         check_budgets(policy, owner=owner, cost=None, clock=None, feeds=feeds, why=NO_FEED)
     except (TypeError, GuardSetupError, ValidationError) as error:
         first = str(error).replace("\n", "; ").replace("=...?", "?")  # a file's key, not a keyword
         raise SettingsError(f"{named}: {first}", fail) from None
-    default = _home("XDG_STATE_HOME", ".local/state", environ) / "repeat-hooks" / "hooks.sqlite3"
     given = environ.get(STATE_ENV)
     if given:
-        return Settings(policy, fail, Path(given).expanduser())
-    if state:  # relative to the user's settings file, not to wherever the hook runs
-        return Settings(policy, fail, user.parent / Path(state).expanduser())
-    return Settings(policy, fail, default)
+        where = Path(given).expanduser()
+    elif state:  # relative to the user's settings file, not to wherever the hook runs
+        where = user.parent / Path(state).expanduser()
+    else:
+        where = _home("XDG_STATE_HOME", ".local/state", environ) / "repeat-hooks" / "hooks.sqlite3"
+    return Settings(policy, fail, where, unused)
+
+
+def _fed(policy: Policy, feeds: tuple[Feed, ...]) -> tuple[Policy, tuple[str, ...]]:
+    """``policy`` without the settings that need what a CLI's events never carry (``NO_FEED``), and those settings,
+    each with why: a budget on model seconds, cost or repeated answers, and ``warn`` where a result takes no note."""
+    from ..stop_rules import STOP_RULES
+
+    missing = policy.feeds() - frozenset(feeds)
+    reset: dict[str, Any] = {}
+    for rule in STOP_RULES:
+        if rule.feed in missing and rule.feed in NO_FEED and getattr(policy, rule.setting) is not None:
+            reset[rule.setting] = None
+    if Feed.WARNINGS in missing and policy.warn:
+        reset["warn"] = False
+    if not reset:
+        return policy, ()
+    why = {rule.setting: NO_FEED[rule.feed] for rule in STOP_RULES if rule.feed is not None and rule.feed in NO_FEED}
+    why["warn"] = "it hands the model no note after a result"
+    kept = Policy(**{**policy.model_dump(exclude_unset=True), **reset})
+    return kept, tuple(f"{name} ({why[name]})" for name in reset)
 
 
 def decide(policy: Policy, state: GuardState, event: Event) -> tuple[Refusal | None, Stop | None, str | None]:
@@ -405,7 +431,8 @@ def _failed(
     if meaning is None:  # the event itself, or the settings, could not be used: the guard is off until fixed
         stop = Stop(message=f"{hook.owner} cannot guard this session ({reason}) and fails closed: fix it, or set "
                     '"fail": "open"', reason=StopReason.STORE_UNAVAILABLE)  # fmt: skip
-        return hook.deny(refusal, stop) if given.get("hook_event_name") == hook.asks else hook.end(stop)
+        asking = given.get("hook_event_name") in (hook.asks, None)  # a call about to run, or an event not read at all
+        return hook.deny(refusal, stop) if asking else hook.end(stop)
     step = meaning.step
     if isinstance(step, Asked):
         return hook.deny(refusal, None)

@@ -59,23 +59,39 @@ def command_line(cli: str) -> str:
 
 
 def is_ours(command: object, cli: str) -> bool:
-    """The hook command is one ``command_line`` writes: a ``repeat-hooks`` console script (any folder) or an
-    interpreter's ``-m repeat_hooks``, then ``hook <cli>``, and nothing else. A command of the user's own that runs
-    the hook among other words (a wrapper, an environment variable, a log line naming it) is not ours: install leaves
-    it as it is (the two hooks then see each event twice, which counts once) and uninstall never removes it."""
-    if not isinstance(command, str):
-        return False
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return False
-    if words[-2:] != ["hook", cli]:
+    """The hook command is one ``command_line`` writes: a ``repeat-hooks`` console script or an interpreter's
+    ``-m repeat_hooks``, by its absolute path, then ``hook <cli>``, and nothing else. Any other command that runs the
+    hook (``runs_hook``: the script on the user's ``PATH``, as a team's shared settings spell it, or inside a wrapper)
+    is the user's: install adds none beside it in its event, and uninstall never removes it."""
+    words = _words(command)
+    if words is None or words[-2:] != ["hook", cli]:
         return False
     runner = words[:-2]
+    if not runner or not os.path.isabs(runner[0]):
+        return False
     if len(runner) == 1:
         return os.path.basename(runner[0]) == "repeat-hooks"
-    interpreter = len(runner) == 3 and os.path.basename(runner[0]).startswith("python")
-    return interpreter and runner[1:] == ["-m", "repeat_hooks"]
+    return (
+        len(runner) == 3 and os.path.basename(runner[0]).startswith("python") and runner[1:] == ["-m", "repeat_hooks"]
+    )
+
+
+def runs_hook(command: object, cli: str) -> bool:
+    """The command ends by running ``repeat-hooks hook <cli>`` (the console script by any path, or ``-m
+    repeat_hooks``), whatever comes before it (an environment variable, a wrapper)."""
+    words = _words(command)
+    if words is None or words[-2:] != ["hook", cli] or len(words) < 3:
+        return False
+    return os.path.basename(words[-3]) == "repeat-hooks" or words[-4:-2] == ["-m", "repeat_hooks"]
+
+
+def _words(command: object) -> list[str] | None:
+    if not isinstance(command, str):
+        return None
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return None
 
 
 def project_root(folder: str) -> Path:
@@ -118,10 +134,14 @@ def installed(
     settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``document`` with our hook for each of ``entries``: a hook of ours already there is kept where it is (its
-    command updated to ``command``), a missing one appended as a matcher group of its own after the user's.
+    command updated to ``command``), a missing one appended as a matcher group of its own after the user's, none
+    where an entry of the user's runs the hook already (``is_ours``).
     ``settings``: a dotted path (``"hooksConfig.enabled"``) to the value the CLI needs there for hooks to run; one
     that differs is set, and what it was is noted in our first hook (``SET_KEY``), for ``removed`` to put back."""
     result = _with_hooks(document, entries, command, cli)
+    mine = [hook for group in _all_groups(result["hooks"]) for hook in _ours(group, cli)]
+    if not mine:
+        return result  # the user's own entries run the hook everywhere: theirs to set up, nothing of ours to note in
     changed = []
     for path, value in (settings or {}).items():
         parent, *_ = path.split(".")
@@ -135,8 +155,7 @@ def installed(
             changed.append([path, holder[last]])
         holder[last] = value
     if changed:
-        first = next(hook for event in result["hooks"].values() for group in event for hook in _ours(group, cli))
-        first[SET_KEY] = [*first.get(SET_KEY, []), *changed]
+        mine[0][SET_KEY] = [*mine[0].get(SET_KEY, []), *changed]
     return result
 
 
@@ -168,6 +187,9 @@ def _with_hooks(document: Mapping[str, Any], entries: Sequence[Entry], command: 
         if not isinstance(groups, list):
             raise GuardSetupError(f"hooks.{entry.event} is a JSON {json_kind(groups)}, not an array")
         ours = {"type": "command", "command": command, **entry.extra}
+        theirs = [hook for group in groups for hook in _hooks_of(group) if runs_hook(hook.get("command"), cli)]
+        if theirs and not any(is_ours(hook.get("command"), cli) for hook in theirs):
+            continue  # the user's own entry runs the hook here already: a second would see each event twice
         found = False
         for group in groups:
             for index, hook in enumerate(_hooks_of(group)):
@@ -177,9 +199,9 @@ def _with_hooks(document: Mapping[str, Any], entries: Sequence[Entry], command: 
         if not found:
             group = {"matcher": entry.matcher} if entry.matcher is not None else {}
             groups.append({**group, "hooks": [ours]})
-    if made:
-        first = next(hook for group in _all_groups(hooks) for hook in _ours(group, cli))
-        first[SET_KEY] = [*first.get(SET_KEY, []), *made]
+    mine = [hook for group in _all_groups(hooks) for hook in _ours(group, cli)]
+    if made and mine:
+        mine[0][SET_KEY] = [*mine[0].get(SET_KEY, []), *made]
     return result
 
 
@@ -263,7 +285,10 @@ def edit(
     try:
         document = json.loads(before) if before.strip() else {}
     except ValueError as error:
-        raise GuardSetupError(f"{path}: not JSON ({error}); fix it or move it away first") from None
+        commented = "//" in before or "/*" in before
+        hint = " (it has comments, which the CLI may allow and install cannot keep: add the hooks by hand)"
+        said = f"{path}: not JSON ({error}){hint if commented else ''}; fix it or move it away first"
+        raise GuardSetupError(said) from None
     if not isinstance(document, dict):
         raise GuardSetupError(f"{path}: holds a JSON {json_kind(document)}, not an object of settings")
     after_document = change(document)

@@ -70,12 +70,14 @@ class Home:
         """The hook command's user settings file in this home (``~/.config/repeat-hooks/settings.json``)."""
         return self.root / ".config" / "repeat-hooks" / "settings.json"
 
-    def repeat_hooks(self, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        """``repeat-hooks <args>`` (the console command of this environment) run in the project, in this home."""
+    def repeat_hooks(self, *args: str, event: str = "", **extra: str) -> subprocess.CompletedProcess[str]:
+        """``repeat-hooks <args>`` (the console command of this environment) run in the project, in this home, with
+        ``event`` on its stdin and ``extra`` in its environment."""
         command = [sys.executable, "-m", "repeat_hooks", *args]
         return subprocess.run(
-            command, cwd=self.project, env=self.env(**extra), capture_output=True, text=True, timeout=60, check=False
-        )
+            command, cwd=self.project, env=self.env(**extra), input=event, capture_output=True, text=True, timeout=60,
+            check=False,
+        )  # fmt: skip
 
     def install(self, *args: str) -> subprocess.CompletedProcess[str]:
         """``repeat-hooks install <cli>`` (the user's settings, by default); asserts it succeeded."""

@@ -116,7 +116,9 @@ def install(args: Sequence[str]) -> int:
         path = module.settings_file(scope, cwd=str(root)) if scope == "project" else module.settings_file(scope)
         if verb == "install":
             owner, feeds = f"repeat-hooks hook {cli}", getattr(module, "FEEDS", (Feed.OUTCOMES, Feed.MODEL_CALLS))
-            settings(os.getcwd(), os.environ, owner=owner, feeds=feeds)  # a mistake said now, not at every call
+            chosen = settings(os.getcwd(), os.environ, owner=owner, feeds=feeds)  # a mistake said now, not at each call
+            for unused in chosen.unused:
+                sys.stderr.write(f"repeat-hooks install: note: {cli}'s guard leaves out {unused}\n")
             line = command_line(cli)
             needs = getattr(module, "SETTINGS", None)
             changed = edit(

@@ -142,7 +142,7 @@ def test_install_refuses_settings_it_could_not_use(tmp_path: Path) -> None:
     [
         ("/home/me/.venv/bin/repeat-hooks hook claude-code", True),
         ("'/opt/my tools/bin/repeat-hooks' hook claude-code", True),
-        ("repeat-hooks hook claude-code", True),  # a team's shared settings, on each one's PATH
+        ("repeat-hooks hook claude-code", False),  # a team's shared settings, on each one's PATH: theirs
         ("/usr/bin/python3 -m repeat_hooks hook claude-code", True),
         ("echo repeat-hooks hook claude-code finished >> ~/log", False),  # a user's hook naming it
         ("REPEAT_HOOKS_STATE=/srv/x nice repeat-hooks hook claude-code", False),  # a wrapper of the user's own

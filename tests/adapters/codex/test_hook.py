@@ -60,13 +60,13 @@ def test_the_real_runs_payloads_refuse_the_third_echo_and_say_the_turn_is_over_f
         said.append(reason(answer(sample(name), tmp_path)[1]))
         if said[-1] is None:
             answer(sample(f"{number * 2 + 3:02d}_PostToolUse"), tmp_path)
-    over = "This turn is over (ignored_refusals): do not call any more tools; answer with what you know."
+    over = "This turn is over (ignored_refusals): do not call any more tools; answer with what you know"  # Codex: ". "
     assert said[:2] == [None, None]
     assert all(text is not None and text.startswith(REFUSED) and over not in text for text in said[2:4])
     assert said[4] is not None and said[4].startswith(REFUSED) and said[4].endswith(over)
     assert (
         said[5]
-        == "Refused: this turn has ended (ignored_refusals). Do not call any more tools: answer with what you know."
+        == "Refused: this turn has ended (ignored_refusals). Do not call any more tools: answer with what you know"
     )
     stop = stop_of({"type": "thread.started", "thread_id": SESSION}, environ={"HOME": str(tmp_path)})
     assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS

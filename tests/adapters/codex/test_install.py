@@ -42,3 +42,22 @@ def test_no_file_at_all_and_the_project_scope(tmp_path: Path) -> None:
     assert home.settings.read_text() == "{}\n"
     assert home.repeat_hooks("install", "codex", "--project").returncode == 0
     assert (home.project / ".codex" / "hooks.json").exists()
+
+
+def test_a_setting_codex_cannot_feed_is_left_out_and_said_and_the_guard_stays_on(tmp_path: Path) -> None:
+    # One settings file serves every CLI: warn works for Claude Code and Gemini CLI, not for Codex, whose guard runs
+    # without it (it never turns the guard off: Codex would show that nowhere).
+    home = Home(tmp_path)
+    home.user_settings.parent.mkdir(parents=True)
+    home.user_settings.write_text('{"warn": true, "max_calls": 1}')
+    done = home.install()
+    assert done.stderr == (
+        "repeat-hooks install: note: codex's guard leaves out warn (it hands the model no note after a result)\n"
+    )
+    event = {"session_id": "s1", "turn_id": "t1", "hook_event_name": "PreToolUse", "tool_name": "Bash", "cwd": "/tmp"}
+    answers = []
+    for number in range(2):
+        given = json.dumps({**event, "tool_input": {"command": "ls"}, "tool_use_id": f"call_{number}"})
+        ran = home.repeat_hooks("hook", "codex", event=given)
+        answers.append((ran.returncode, ran.stdout))
+    assert answers[0] == (0, "") and answers[1][0] == 0 and '"permissionDecision":"deny"' in answers[1][1]

@@ -39,6 +39,6 @@ def denied(refusal: Refusal, stop: Stop | None) -> dict[str, Any]:
         "hookSpecificOutput": {
             "hookEventName": "PreToolUse",
             "permissionDecision": "deny",
-            "permissionDecisionReason": reason,
+            "permissionDecisionReason": reason.rstrip("."),  # Codex adds ". Command: <command>" after it
         }
     }
