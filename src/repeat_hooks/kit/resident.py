@@ -286,14 +286,18 @@ class _Server:
 
 
 def serve(path: str | os.PathLike[str], idle: float = IDLE_SECONDS, cli: str | None = None) -> None:
-    """Answer hook calls on the socket at ``path`` until ``idle`` seconds pass without one (or the code changed),
-    ``cli``'s adapter (and so the core) loaded first. A server already answering there keeps it: this one exits."""
+    """Answer hook calls on the socket at ``path`` until ``idle`` seconds pass without one, its code changed, or its
+    socket is gone (its folder removed: the user's way to stop every server there), ``cli``'s adapter (and so the
+    core) loaded first. A server already answering there keeps it, and a folder that is gone is not made again:
+    this one exits."""
     import contextlib
     import fcntl
     import threading
     import time
 
     path = os.fspath(path)
+    if not os.path.isdir(os.path.dirname(path)):
+        return  # its folder was removed before it started: no one is to be served there
     _private(os.path.dirname(path))
     with open(os.path.splitext(path)[0] + ".lock", "a") as lock:
         try:
@@ -320,6 +324,8 @@ def serve(path: str | os.PathLike[str], idle: float = IDLE_SECONDS, cli: str | N
                 try:
                     connection, _ = listener.accept()
                 except TimeoutError:
+                    if not os.path.exists(path):
+                        break  # its socket, or its folder, was removed
                     continue
                 except OSError:  # out of descriptors, say: the waiting clients run the hook themselves
                     time.sleep(0.1)

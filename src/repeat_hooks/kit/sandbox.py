@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -120,6 +121,7 @@ def resident_folder() -> Iterator[Path]:
             if found is not None and int(found["pid"]) != os.getpid():  # a server in a thread of this one stops itself
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(found["pid"]), signal.SIGTERM)
+        shutil.rmtree(folder, ignore_errors=True)  # a server still starting finds no folder, one started sees no socket
 
 
 def served(folder: Path) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -262,3 +263,19 @@ def test_a_stopped_server_removes_its_socket(tmp_path: Path, sockets: Path) -> N
     while list(sockets.glob("*.sock")):
         assert time.monotonic() < deadline, "the socket stayed"
         time.sleep(0.05)
+
+
+def test_removing_its_folder_stops_a_server_and_one_still_starting(tmp_path: Path) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))
+    folder.chmod(0o700)
+    command(event("UserPromptSubmit", prompt="go"), tmp_path, REPEAT_HOOKS_RESIDENT=str(folder))
+    pid = int(running(folder)["pid"])
+    shutil.rmtree(folder)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and "resident" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+        assert time.monotonic() < deadline, "the server outlived its folder"
+        time.sleep(0.1)
+    late = subprocess.run(
+        [sys.executable, "-m", "repeat_hooks.kit.resident", str(folder / "x.sock"), "30"], timeout=30, check=False
+    )
+    assert late.returncode == 0 and not folder.exists()  # it exits at once, and makes no folder again
