@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from cc_events import Answered, command, event
@@ -180,13 +181,16 @@ def test_a_folder_others_can_enter_is_refused(tmp_path: Path) -> None:
 
 class Silent:
     """A socket that takes every request and answers nothing (a server that died or hung mid-call), or, in a folder
-    others can enter, anyone's socket: what reached it is kept."""
+    others can enter, anyone's socket: what reached it is kept. Closed when the test ends (``_close_silent``)."""
+
+    made: ClassVar[list[Silent]] = []
 
     def __init__(self, path: Path) -> None:
         self.got: list[bytes] = []
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(path))
         self.listener.listen(8)
+        Silent.made.append(self)
         threading.Thread(target=self.serve, daemon=True).start()
 
     def serve(self) -> None:
@@ -197,6 +201,13 @@ class Silent:
                 return
             with connection:
                 self.got.append(connection.recv(65536))
+
+
+@pytest.fixture(autouse=True)
+def _close_silent() -> Iterator[None]:
+    yield
+    while Silent.made:
+        Silent.made.pop().listener.close()
 
 
 def test_a_server_that_dies_before_answering_leaves_the_call_to_the_client_with_its_outage_policy(
