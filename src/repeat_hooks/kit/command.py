@@ -145,6 +145,15 @@ class CommandHook:
         """The meaning of one event (raises ``Problem`` for one that lacks what it needs)."""
         raise NotImplementedError(f"{type(self).__name__}.read")
 
+    @staticmethod
+    def field(event: Mapping[str, Any], name: str) -> str:
+        """The event's non-empty text field ``name`` (``session_id``, ``tool_name``): else ``Problem``, naming the
+        event and the field."""
+        value = event.get(name)
+        if not isinstance(value, str) or not value:
+            raise Problem(f"the {event.get('hook_event_name') or 'hook'} event has no {name}")
+        return value
+
     def project(self, event: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
         """The project folder whose settings file applies (``None``: none known)."""
         folder = (environ.get(self.project_variable) if self.project_variable else None) or event.get("cwd")

@@ -32,7 +32,7 @@ from typing import IO, Any
 import repeat_hooks
 from repeat_hooks import Policy
 from repeat_hooks.kit import GuardStopped
-from repeat_hooks.kit.command import Asked, CommandHook, Event, Problem, Ran, Responded, Turn, run
+from repeat_hooks.kit.command import Asked, CommandHook, Event, Ran, Responded, Turn, run
 from repeat_hooks.kit.install import Entry
 from repeat_hooks.stop_rules import Feed
 
@@ -67,8 +67,8 @@ class RepeatGuardStopped(GuardStopped):
 def settings_file(scope: str, environ: Mapping[str, str] | None = None, cwd: str | None = None) -> Path:
     """Claude Code's settings file for ``scope``: ``"user"``, ``$CLAUDE_CONFIG_DIR/settings.json`` (else
     ``~/.claude/settings.json``); ``"project"``, ``.claude/settings.local.json`` in ``cwd`` (the project's root): the
-    project's personal file, which Claude Code keeps out of git, since the command names this machine's interpreter
-    (a team that wants the guard for everyone adds ``repeat-hooks hook claude-code`` to ``.claude/settings.json``)."""
+    project's personal file, since the command names this machine's interpreter (install says when git would commit
+    it; a team wanting the guard for everyone adds ``repeat-hooks hook claude-code`` to ``.claude/settings.json``)."""
     environ = os.environ if environ is None else environ
     if scope == "project":
         return Path(cwd or os.getcwd()) / ".claude" / "settings.local.json"
@@ -89,9 +89,7 @@ class ClaudeCodeHook(CommandHook):
     ended = staticmethod(ended)
 
     def read(self, event: Mapping[str, Any], policy: Policy) -> Event:
-        name, session = event.get("hook_event_name"), event.get("session_id")
-        if not isinstance(session, str) or not session:
-            raise Problem(f"the {name or 'hook'} event has no session_id")
+        name, session = event.get("hook_event_name"), self.field(event, "session_id")
         agent = event.get("agent_id")
         sub = isinstance(agent, str) and bool(agent)
         key = session_key(session, agent if sub else None)
@@ -106,9 +104,7 @@ class ClaudeCodeHook(CommandHook):
             return Event(key, turn_id, Responded(f"batch:{ids[0]}" if ids else None))
         if name not in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
             return Event(key, turn_id, None)
-        tool = event.get("tool_name")
-        if not isinstance(tool, str) or not tool:
-            raise Problem(f"the {name} event has no tool_name")
+        tool = self.field(event, "tool_name")
         call_id = event.get("tool_use_id")
         call = tool_call(tool, event.get("tool_input"), call_id if isinstance(call_id, str) else None, policy)
         if name == "PreToolUse":

@@ -26,7 +26,7 @@ from typing import IO, Any
 import repeat_hooks
 from repeat_hooks import Policy, Stop
 from repeat_hooks.kit import GuardStopped
-from repeat_hooks.kit.command import Asked, CommandHook, Event, Problem, Ran, Responded, Turn, run
+from repeat_hooks.kit.command import Asked, CommandHook, Event, Ran, Responded, Turn, run
 from repeat_hooks.kit.install import Entry
 from repeat_hooks.stop_rules import Feed
 
@@ -77,9 +77,7 @@ class CodexHook(CommandHook):
     denied = staticmethod(denied)
 
     def read(self, event: Mapping[str, Any], policy: Policy) -> Event:
-        name, session = event.get("hook_event_name"), event.get("session_id")
-        if not isinstance(session, str) or not session:
-            raise Problem(f"the {name or 'hook'} event has no session_id")
+        name, session = event.get("hook_event_name"), self.field(event, "session_id")
         turn = event.get("turn_id")
         turn_id = turn if isinstance(turn, str) and turn else None
         if name == "UserPromptSubmit":
@@ -88,9 +86,7 @@ class CodexHook(CommandHook):
             return Event(session, turn_id, Responded(before=True))
         if name not in ("PreToolUse", "PostToolUse"):
             return Event(session, turn_id, None)
-        tool = event.get("tool_name")
-        if not isinstance(tool, str) or not tool:
-            raise Problem(f"the {name} event has no tool_name")
+        tool = self.field(event, "tool_name")
         call_id = event.get("tool_use_id")
         call = tool_call(tool, event.get("tool_input"), call_id if isinstance(call_id, str) else None, policy)
         if name == "PreToolUse":

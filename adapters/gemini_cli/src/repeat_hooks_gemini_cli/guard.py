@@ -27,7 +27,7 @@ from typing import IO, Any
 import repeat_hooks
 from repeat_hooks import Policy
 from repeat_hooks.kit import GuardStopped
-from repeat_hooks.kit.command import Asked, CommandHook, Event, Problem, Ran, Responded, Turn, run
+from repeat_hooks.kit.command import Asked, CommandHook, Event, Ran, Responded, Turn, run
 from repeat_hooks.kit.install import Entry
 from repeat_hooks.stop_rules import Feed
 
@@ -87,18 +87,14 @@ class GeminiCLIHook(CommandHook):
     ended = staticmethod(ended)
 
     def read(self, event: Mapping[str, Any], policy: Policy) -> Event:
-        name, session = event.get("hook_event_name"), event.get("session_id")
-        if not isinstance(session, str) or not session:
-            raise Problem(f"the {name or 'hook'} event has no session_id")
+        name, session = event.get("hook_event_name"), self.field(event, "session_id")
         if name == "BeforeAgent":
             return Event(session, None, Turn())
         if name == "BeforeModel":
             return Event(session, None, Responded(before=True))
         if name not in ("BeforeTool", "AfterTool"):
             return Event(session, None, None)
-        tool = event.get("tool_name")
-        if not isinstance(tool, str) or not tool:
-            raise Problem(f"the {name} event has no tool_name")
+        tool = self.field(event, "tool_name")
         call = tool_call(tool, event.get("tool_input"), policy)
         if name == "BeforeTool":
             return Event(session, None, Asked(call))
