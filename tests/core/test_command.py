@@ -220,10 +220,35 @@ def test_settings_a_clis_events_cannot_feed_are_left_out_of_its_guard_and_said(t
     assert one_call(tmp_path, 1) is None and one_call(tmp_path, 2) is not None  # the guard is on: max_calls=1
 
 
-def test_a_project_cannot_move_the_state(tmp_path: Path) -> None:
-    (tmp_path / ".repeat-hooks.json").write_text('{"state": "/etc/passwd"}')
-    with pytest.raises(SettingsError, match="'state' is a user setting"):
+@pytest.mark.parametrize("name", ["state", "record", "record_key_file"])
+def test_a_project_cannot_move_the_users_files(tmp_path: Path, name: str) -> None:
+    (tmp_path / ".repeat-hooks.json").write_text(json.dumps({name: "/etc/passwd"}))
+    with pytest.raises(SettingsError, match=f"'{name}' is a user setting"):
         settings(str(tmp_path), {"HOME": str(tmp_path)}, owner="echo")
+
+
+def test_the_recording_settings_are_checked_with_what_is_wrong(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path)}
+    user_settings(tmp_path, '{"record": "recordings"}')
+    chosen = settings(None, env, owner="echo")
+    assert (chosen.record, chosen.record_key) == (tmp_path / ".config" / "repeat-hooks" / "recordings", b"")
+    (tmp_path / "short.key").write_bytes(b"too short")
+    (good := tmp_path / "good.key").write_bytes(b"k" * 32)
+    missing = tmp_path / "none.key"
+    for given, said in (
+        ({"record": 5}, "record is the path of the folder to record in, not 5"),
+        ({"record": ""}, "record is the path of the folder to record in, not ''"),
+        ({"record_key_file": str(good)}, "record_key_file keys a recording: set record (a folder) too"),
+        ({"record": "r", "record_key_file": str(tmp_path / "short.key")}, "holds 9 bytes; a digest key needs 16 or"),
+        ({"record": "r", "record_key_file": str(missing)}, f"record_key_file {missing}: No such file"),
+        ({"record": "r", "recod_key_file": "k"}, "recod_key_file"),
+    ):
+        user_settings(tmp_path, json.dumps(given))
+        with pytest.raises(SettingsError) as raised:
+            settings(None, env, owner="echo")
+        assert said in str(raised.value), (given, str(raised.value))
+    user_settings(tmp_path, json.dumps({"record": "r", "record_key_file": str(good)}))
+    assert settings(None, env, owner="echo").record_key == b"k" * 32
 
 
 ENTRIES = (Entry("Before", None, {"timeout": 5}), Entry("Tool", "*"))

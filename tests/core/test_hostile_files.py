@@ -4,6 +4,7 @@ traceback, in bounded memory, reading everything else there is to read."""
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import logging
@@ -19,11 +20,10 @@ import pytest
 
 from repeat_hooks import Policy, StopRepeatedCalls, ToolCall
 from repeat_hooks.observe import current_scope, scope
-from repeat_hooks.offline import recording
 from repeat_hooks.offline.cli import main
 from repeat_hooks.offline.reading import read_folder
 from repeat_hooks.offline.recording import FILE_NAME, DigestRecorder, line_bytes, trajectory_lines
-from repeat_hooks.offline.replay import ROWS, RecordedCall, Trajectory, printable
+from repeat_hooks.offline.replay import ROWS, UNRECORDED, RecordedCall, Trajectory, printable
 from repeat_hooks.offline.tune import tune
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -426,34 +426,28 @@ def drive_scoped() -> None:
 # -- 9. calls whose outcome never comes -------------------------------------------------------------------
 
 
-def waiting(recorder: DigestRecorder) -> int:
-    return sum(len(orders) for orders in recorder._pending.values())
-
-
 @pytest.mark.slow  # 20,000 decisions traced: left out of mutation testing
-def test_calls_waiting_for_an_outcome_are_bounded_per_call_and_in_all(tmp_path: Path) -> None:
+def test_calls_whose_outcome_never_comes_hold_nothing_in_the_recorder(tmp_path: Path) -> None:
+    """An exempt tool whose outcome is never told, decided 20,000 times: the recorder keeps nothing per call (the
+    reader pairs an outcome with its call by ``u``), so it does not grow; the outcome told at last is the first
+    call's."""
     guard = StopRepeatedCalls(policy=Policy(exempt={"ping"}))
-    with DigestRecorder(tmp_path, max_bytes=None) as recorder, scope(conversation_id="pings"):
+    with DigestRecorder(tmp_path, max_bytes=None), scope(conversation_id="pings"):
         guard.pre_agent_turn()
         call = ToolCall("ping", {})
+        for _ in range(256):
+            assert guard.pre_tool_call(call) is None
+        gc.collect()
         tracemalloc.start()
         try:
-            for _ in range(recording.MAX_WAITING_PER_CALL):
-                assert guard.pre_tool_call(call) is None
             held = tracemalloc.get_traced_memory()[0]
-            for _ in range(20_000):  # an exempt tool whose outcome never comes
+            for _ in range(20_000):
                 assert guard.pre_tool_call(call) is None
             grown = tracemalloc.get_traced_memory()[0] - held
         finally:
             tracemalloc.stop()
-        assert waiting(recorder) == recording.MAX_WAITING_PER_CALL
-        assert grown < 256 * 1024, grown  # unbounded: 20,000 more orders waiting, about 2.3 MB
-        guard.post_tool_call(call, result="pong")  # the oldest still waiting takes it
-        first_kept = 20_000 + 1
-        for n in range(recording.MAX_WAITING // recording.MAX_WAITING_PER_CALL + 2):
-            other = ToolCall("ping", {"n": n})
-            for _ in range(recording.MAX_WAITING_PER_CALL):
-                guard.pre_tool_call(other)
-        assert waiting(recorder) <= recording.MAX_WAITING
-    outcomes = [json.loads(line) for line in recorder.path.read_text().splitlines() if '"o":' in line]
-    assert [line["i"] for line in outcomes] == [first_kept]
+        assert grown < 64 * 1024, grown
+        guard.post_tool_call(call, result="pong")
+    (read,) = read_folder(tmp_path, pytest.fail)
+    results = [c.result for response in read.turns[0] for c in response]
+    assert len(results) == 20_256 and results[0] != UNRECORDED and results[1:] == [UNRECORDED] * 20_255

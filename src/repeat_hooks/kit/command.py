@@ -18,6 +18,13 @@ Settings (``settings``): JSON files holding ``Policy``'s fields, plus ``fail`` a
 SQLite file: the project's ``.repeat-hooks.json`` over the user's ``$XDG_CONFIG_HOME/repeat-hooks/settings.json``
 (``~/.config/...``; ``REPEAT_HOOKS_SETTINGS`` names another), key by key. The state file: ``REPEAT_HOOKS_STATE``,
 else the user file's ``state``, else ``$XDG_STATE_HOME/repeat-hooks/hooks.sqlite3`` (``~/.local/state/...``).
+
+Recording (user file only): ``record``, a folder, makes every hook process write what it decided as a
+``DigestRecorder`` does (digests and tool names, no value), the session as the conversation, so ``repeat-hooks
+replay <folder>`` and ``tune`` read a user's coding sessions; ``record_key_file``, a file of 16 or more bytes, keys
+the digests (then give ``--digest-key-file`` to replay and tune). Each hook process is a writer of its own file
+set; the reader pairs an outcome with the call another process decided. A recording that cannot be written is one
+line on stderr, and the guard goes on.
 """
 
 from __future__ import annotations
@@ -26,11 +33,12 @@ import io
 import json
 import os
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..call import ToolCall
 from ..decision import Refusal, RefusalKind, Stop
@@ -41,10 +49,16 @@ from ..stop_rules import Feed
 from .install import json_kind
 from .resident import MAX_EVENT_BYTES, SETTINGS_ENV, STATE_ENV
 
+if TYPE_CHECKING:
+    from ..offline.recording import DigestRecorder
+
 PROJECT_FILE = ".repeat-hooks.json"
 """The project's settings file, in the project's root folder."""
-COMMAND_SETTINGS = ("fail", "state")
-"""The settings besides ``Policy``'s: the outage policy, and the state's SQLite file (the user's file only)."""
+COMMAND_SETTINGS = ("fail", "state", "record", "record_key_file")
+"""The settings besides ``Policy``'s: the outage policy; the user's file only: the state's SQLite file, the folder
+the hook calls are recorded in, and the file whose bytes key the recording's digests."""
+USER_ONLY = ("state", "record", "record_key_file")
+"""Settings a project's file may not give: where the user's own files are written (a checkout must not choose)."""
 STORE_TIMEOUT = 5.0
 """Seconds an event waits for another hook process's transaction (well inside every CLI's hook timeout)."""
 NO_FEED: Mapping[Feed, str] = MappingProxyType(
@@ -216,6 +230,10 @@ class Settings:
     fail: str
     state: Path
     unused: tuple[str, ...] = ()
+    record: Path | None = None
+    """The folder the hook calls are recorded in (``None``: not recorded)."""
+    record_key: bytes = b""
+    """The recording's digest key (``b""``: unkeyed)."""
 
 
 def read_event(stream: IO[bytes]) -> dict[str, Any]:
@@ -281,16 +299,26 @@ def settings(
     merged: dict[str, Any] = {}
     for path in files:
         found = _load(path)
-        if path is not user and "state" in found:
-            raise SettingsError(f"{path}: 'state' is a user setting (the state's file is the user's to choose)")
+        for name in USER_ONLY:
+            if path is not user and name in found:
+                raise SettingsError(
+                    f"{path}: '{name}' is a user setting (where the user's files go is theirs to choose)"
+                )
         merged.update(found)
     named = ", ".join(str(path) for path in files)
     fail = merged.pop("fail", "open")
-    state = merged.pop("state", None)
+    state, record, key_file = (merged.pop(name, None) for name in USER_ONLY)
     if fail not in ("open", "closed"):
         raise SettingsError(f"{named}: fail is 'open' or 'closed', not {fail!r}")
-    if state is not None and not isinstance(state, str):
-        raise SettingsError(f"{user}: state is the path of the state's SQLite file, not {state!r}")
+    for name, value, what in (
+        ("state", state, "the path of the state's SQLite file"),
+        ("record", record, "the path of the folder to record in"),
+        ("record_key_file", key_file, "the path of a file whose bytes key the recording's digests"),
+    ):
+        if value is not None and not (isinstance(value, str) and value):
+            raise SettingsError(f"{user}: {name} is {what}, not {value!r}", fail)
+    if key_file is not None and record is None:
+        raise SettingsError(f"{user}: record_key_file keys a recording: set record (a folder) too", fail)
     try:
         policy = policy_from(None, merged, owner=owner, keywords=COMMAND_SETTINGS)
         policy, unused = _fed(policy, feeds)
@@ -305,7 +333,22 @@ def settings(
         where = user.parent / Path(state).expanduser()
     else:
         where = _home("XDG_STATE_HOME", ".local/state", environ) / "repeat-hooks" / "hooks.sqlite3"
-    return Settings(policy, fail, where, unused)
+    folder = None if record is None else user.parent / Path(record).expanduser()
+    key = b"" if key_file is None else _key(user, user.parent / Path(key_file).expanduser(), fail)
+    return Settings(policy, fail, where, unused, folder, key)
+
+
+def _key(user: Path, path: Path, fail: str) -> bytes:
+    """The bytes of ``record_key_file`` (16 or more); else ``SettingsError`` naming it."""
+    try:
+        key = path.read_bytes()
+    except OSError as error:
+        raise SettingsError(f"{user}: record_key_file {path}: {error.strerror or error}", fail) from None
+    if len(key) < 16:
+        raise SettingsError(
+            f"{user}: record_key_file {path} holds {len(key)} bytes; a digest key needs 16 or more", fail
+        )
+    return key
 
 
 def _fed(policy: Policy, feeds: tuple[Feed, ...]) -> tuple[Policy, tuple[str, ...]]:
@@ -410,7 +453,16 @@ def _decided(hook: CommandHook, chosen: Settings, event: Mapping[str, Any], mean
     try:
         chosen.state.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         store = SQLiteStore(chosen.state, timeout=STORE_TIMEOUT)
-        refusal, stop, warning = store.update_now(meaning.key, lambda state: decide(policy, state, meaning))
+        if chosen.record is None:
+            refusal, stop, warning = store.update_now(meaning.key, lambda state: decide(policy, state, meaning))
+        else:
+            from ..observe import scope
+
+            recorder = _recorder(chosen.record, chosen.record_key)
+            with scope(conversation_id=meaning.key):  # the session (a sub-agent's: its own key) as the conversation
+                refusal, stop, warning = store.update_now(meaning.key, lambda state: decide(policy, state, meaning))
+            if recorder.failing is not None:
+                stderr.write(f"{hook.owner}: recording: {recorder.failing}; the guard goes on\n")
     except (StoreUnavailable, OSError) as failure:
         reason = f"the state at {chosen.state} cannot be reached ({type(failure).__name__}: {failure})"
         return _failed(hook, event, meaning, reason.replace("\n", " "), chosen.fail, stderr)
@@ -419,6 +471,25 @@ def _decided(hook: CommandHook, chosen: Settings, event: Mapping[str, Any], mean
     if stop is not None and not isinstance(meaning.step, Asked):
         return hook.end(stop)
     return hook.allow(event, warning)
+
+
+_RECORDING = threading.Lock()
+_RECORDERS: dict[tuple[Path, bytes], DigestRecorder] = {}
+"""The recorder this process installed (at most one: a resident server keeps it from event to event)."""
+
+
+def _recorder(folder: Path, key: bytes) -> DigestRecorder:
+    """The recorder into ``folder`` with ``key``, installed once per process (another folder or key replaces it)."""
+    from ..offline.recording import DigestRecorder
+
+    with _RECORDING:
+        recorder = _RECORDERS.get((folder, key))
+        if recorder is None:
+            for other in _RECORDERS.values():
+                other.uninstall()
+            _RECORDERS.clear()
+            recorder = _RECORDERS[folder, key] = DigestRecorder(folder, digest_key=key or None).install()
+        return recorder
 
 
 def _failed(

@@ -71,6 +71,27 @@ class Home:
         """The hook command's user settings file in this home (``~/.config/repeat-hooks/settings.json``)."""
         return self.root / ".config" / "repeat-hooks" / "settings.json"
 
+    def record(self) -> tuple[Path, Path]:
+        """Record every hook call (``record`` and ``record_key_file`` in the user's settings, which this replaces):
+        the recording's folder and its key's file."""
+        import json
+
+        key = self.root / "digest.key"
+        key.write_bytes(b"a key of thirty-two bytes, 12345")
+        self.user_settings.parent.mkdir(parents=True, exist_ok=True)
+        self.user_settings.write_text(json.dumps({"record": "recordings", "record_key_file": str(key)}))
+        return self.user_settings.parent / "recordings", key
+
+    def replayed(self, folder: Path, key: Path) -> dict[str, Any]:
+        """The default policy's figures of ``repeat-hooks replay <folder> --digest-key-file <key> --json`` (it must
+        succeed, and say nothing on stderr)."""
+        import json
+
+        done = self.repeat_hooks("replay", str(folder), "--digest-key-file", str(key), "--json")
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        (figures,) = json.loads(done.stdout)
+        return dict(figures)
+
     def repeat_hooks(self, *args: str, event: str = "", **extra: str) -> subprocess.CompletedProcess[str]:
         """``repeat-hooks <args>`` (the console command of this environment) run in the project, in this home, with
         ``event`` on its stdin and ``extra`` in its environment."""

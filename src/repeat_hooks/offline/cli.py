@@ -31,7 +31,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] in (["install"], ["uninstall"]):
         from .hooks import install
 
-        return install(args)
+        try:
+            return install(args)
+        except BrokenPipeError:  # ``--dry-run | head``: ends quietly, as the offline tools do
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the last flush must not raise again
+            return 0
     from .console import main as offline
 
     return offline(args)

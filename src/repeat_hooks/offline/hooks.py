@@ -16,7 +16,7 @@ import sys
 
 TYPE_CHECKING = False  # not typing's: a hook call's client loads nothing it does not use (``kit.resident``)
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from types import ModuleType
     from typing import Any
 
@@ -121,14 +121,27 @@ def install(args: Sequence[str]) -> int:
                 sys.stderr.write(f"repeat-hooks install: note: {cli}'s guard leaves out {unused}\n")
             line = command_line(cli)
             needs = getattr(module, "SETTINGS", None)
-            changed = edit(
-                path, lambda document: installed(document, module.ENTRIES, line, cli, needs), dry_run=parsed.dry_run
-            )
+            skipped = getattr(module, "SKIPPED", None)  # where the CLI lists hooks by name that it does not run
+
+            def merged(document: Mapping[str, Any]) -> dict[str, Any]:
+                holder: object = document
+                for part in (skipped or "").split(".") if skipped else ():
+                    holder = holder.get(part) if isinstance(holder, dict) else None
+                if isinstance(holder, list) and "repeat-hooks" in holder:
+                    sys.stderr.write(
+                        f"repeat-hooks install: note: {path} lists repeat-hooks in {skipped}: {cli} runs none of the "
+                        "guard's hooks until you remove it from there\n"
+                    )
+                return installed(document, module.ENTRIES, line, cli, needs)
+
+            changed = edit(path, merged, dry_run=parsed.dry_run)
             note = tracked_note(path, root) if scope == "project" and changed and not parsed.dry_run else None
             if note is not None:
                 sys.stderr.write(f"repeat-hooks install: {note}\n")
         else:
             edit(path, lambda document: removed(document, cli), dry_run=parsed.dry_run)
+    except BrokenPipeError:  # ``--dry-run | head``: the reader has what it wanted
+        raise
     except (Missing, GuardSetupError, OSError) as problem:
         sys.stderr.write(f"repeat-hooks {verb}: {problem}\n")
         return 2

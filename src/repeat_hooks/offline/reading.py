@@ -16,6 +16,7 @@ import io
 import json
 import os
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,6 +161,7 @@ _FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("k", lambda value: type(value) is str, "the key's fingerprint (text)"),
     ("da", _is_names, "a list of digests"),
     ("dr", _is_names, "a list of digests"),
+    ("u", _is_digest, "a call's digest"),
 )
 """Each field a line may hold (but ``rh``, ``c``, ``g`` and ``success``, checked first), the shape the recorder
 writes it in, and the words that say so."""
@@ -183,8 +185,8 @@ def check_line(value: Any) -> dict[str, Any]:
         raise ValueError("a call needs 'n' (its tool's name) and an order 'i'")
     if "t" not in line:
         raise ValueError("'t' must be a turn number")
-    if "o" in line and "i" not in line:
-        raise ValueError("an outcome needs 'i', the order of its call")
+    if "o" in line and "i" not in line and "u" not in line:
+        raise ValueError("an outcome needs 'u', its call's digest (or 'i', its order)")
     for name, valid, words in _FIELDS:
         if name in line and not valid(line[name]):
             raise ValueError(f"'{name}' must be {words}")
@@ -282,7 +284,13 @@ class DigestReader:
         self._conversations: dict[Conversation, _Conversation] = {}
         self._labels: dict[str, bool] = {}
         self._waiting: dict[int, tuple[Conversation, dict[str, Any]]] = {}
-        """Order -> the call line it names, in the current writer's lines (an outcome names its call so)."""
+        """Order -> the call line it names, in the current writer's lines (an outcome without ``u`` names its call
+        so: the recordings of 0.3.0)."""
+        self._unanswered: dict[tuple[Conversation, int, str], deque[dict[str, Any]]] = {}
+        """Per conversation, turn and ``u``: the call lines of every writer that have no outcome yet, first read first
+        (an outcome takes the first: one conversation's hook calls may run in several processes, each a writer)."""
+        self._early: dict[tuple[Conversation, int, str], deque[dict[str, Any]]] = {}
+        """The outcome lines read before any call line they could belong to (a writer read before the call's)."""
 
     def writer(self) -> None:
         """The lines read next are another writer's (its orders start afresh)."""
@@ -311,17 +319,37 @@ class DigestReader:
             self._labels[ident] = value["success"]
             return
         conversation = (ident, agent)
-        if "o" in value and "n" not in value:  # an outcome: of the call with its order in this stream
-            found = waiting.pop(value["i"], None)
+        if "o" in value and "n" not in value:  # an outcome: of the first call of its ``u`` without one, any writer's
+            if "u" in value:
+                same = (conversation, value["t"], value["u"])
+                calls = self._unanswered.get(same)
+                if calls:
+                    self._answer(conversation, calls.popleft(), value)
+                else:  # its call is in a writer read later (or was rotated away: then it stays unattached)
+                    self._early.setdefault(same, deque()).append(value)
+                return
+            found = waiting.pop(value["i"], None)  # a 0.3.0 recording: the call with its order in this stream
             if found is None or found[0] != conversation:
                 return  # its call was rotated away (or never written): nothing to attach it to
-            found[1].update(ok=value.get("ok", True), o=value["o"])
-            self._conversations[conversation].deep_results.update(value.get("dr", ()))
+            self._answer(conversation, found[1], value)
             return
         read = self._conversations.setdefault(conversation, _Conversation())
         read.add(value)
         if "n" in value and "x" not in value:
-            waiting[value["i"]] = (conversation, value)
+            if "u" not in value:
+                waiting[value["i"]] = (conversation, value)
+                return
+            same = (conversation, value["t"], value["u"])
+            early = self._early.get(same)
+            if early:
+                self._answer(conversation, value, early.popleft())
+            else:
+                self._unanswered.setdefault(same, deque()).append(value)
+
+    def _answer(self, conversation: Conversation, call: dict[str, Any], outcome: dict[str, Any]) -> None:
+        """Attach ``outcome`` (a line) to ``call`` (a line read before or after it)."""
+        call.update(ok=outcome.get("ok", True), o=outcome["o"])
+        self._conversations[conversation].deep_results.update(outcome.get("dr", ()))
 
     def trajectories(self, names: Mapping[str, str] | None = None) -> Iterator[DigestTrajectory]:
         """The conversations read, each agent's part its own trajectory (``<conversation>/<agent>``)."""

@@ -40,11 +40,19 @@ the rest.
 fingerprint of the digest key); ``{"t", "m"}`` model response ``m`` of turn ``t`` was allowed (a turn's last
 one, when it asked for no tool, is the answer: the replay decides it after the turn's responses);
 ``{"t", "r", "i", "n", "a"}`` a call decided (tool name ``n``, batch ``r``: the calls of one model response,
-``i`` its order among the writer's lines), with ``"ro"`` its read-only hint where the SDK knew it and ``"x"``
-the rule that refused it where the guard did; ``{"t", "i", "ok", "o"}`` the outcome of call ``i``, when the
-guard is told it (an adapter whose policy needs no outcome never tells it: the call stays without one);
-``{"success"}`` a label. A call is written when it is decided, so a call whose result never comes (a crash,
-a policy with no ``post_tool_call``) is kept.
+``i`` its order among the writer's lines), with ``"ro"`` its read-only hint where the SDK knew it, ``"x"``
+the rule that refused it where the guard did, else ``"u"``, the digest of its tool and arguments; ``{"t", "u",
+"ok", "o"}`` the outcome of a call of that ``u``, when the guard is told it (an adapter whose policy needs no
+outcome never tells it: the call stays without one); ``{"success"}`` a label. A call is written when it is
+decided, so a call whose result never comes (a crash, a policy with no ``post_tool_call``) is kept.
+
+**Which call an outcome is of**: the first call of its ``u`` in its turn still without one, read in any writer's
+files (a recording of 0.3.0 names it by ``i`` in its writer's). So a call decided in one process and recorded in
+another, as one conversation's hook calls may be (a coding CLI runs a process per event; a deployment routes
+one conversation's requests to several workers), gets its outcome; the recorder keeps nothing per call. Two
+calls of the same tool and arguments in one turn may swap outcomes across processes (the replay judges them by
+the same equality either way); an outcome whose call was decided before the recorder was installed may be given
+to a later call of the same ``u`` in that turn.
 
 **Never a value, nor a name that may be data**: the file holds tool names, conversation ids and agent names
 as they are, and digests. Field names are digested like the values (an id used as a key, ``alice_smith``,
@@ -107,7 +115,7 @@ import re
 import stat
 import threading
 import warnings
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from json.encoder import encode_basestring
 from pathlib import Path
@@ -147,20 +155,9 @@ REST = "#rest"
 OPAQUE = "<repeat_hooks.opaque>"
 """A result part with no stable form, as the replay hands it to the policy (it gives ``UNKNOWN_OUTCOME``)."""
 MAX_CONVERSATIONS = 4096
-"""Conversations a recorder remembers (their deep names written, their calls waiting for a result)."""
+"""Conversations a recorder remembers the deep names written for (per file)."""
 MAX_WRITERS = 1024
 """File sets a folder may hold (writers at the same time)."""
-MAX_WAITING_PER_CALL = 256
-"""Decisions of one call (one tool and arguments, in one turn) a recorder keeps waiting for their outcome, the
-oldest taking the next outcome told. Past it the oldest is forgotten: a call of an exempt tool whose outcome is
-never told, decided 200,000 times, holds 256 orders, not 200,000. Should the forgotten one's outcome come after
-all, each outcome of that call told after it lands one decision late (on a line of the same call), and the
-newest decision stays without one."""
-MAX_WAITING = 16_384
-"""Decisions a recorder keeps waiting for their outcome in all (of at most ``MAX_CONVERSATIONS`` calls): past it,
-the calls decided longest ago are forgotten, and their outcomes, if they come, are not written (the replay runs
-those calls without one, as a call whose outcome never came)."""
-
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _DIGITS = re.compile(r"[0-9]{3}")
 DIGEST_PATTERN = re.compile(r"[0-9a-f]{16}")
@@ -369,25 +366,34 @@ def _head(conversation: Conversation, **fields: Any) -> dict[str, Any]:
 
 
 def _call_line(
-    conversation: Conversation, turn: int, response: int, order: int, call: Any, digests: _Digests, refused: str | None
+    conversation: Conversation,
+    turn: int,
+    response: int,
+    order: int,
+    call: Any,
+    digests: _Digests,
+    refused: str | None,
+    same: str | None,
 ) -> tuple[dict[str, Any], set[str]]:
     """A decided call's line and the digests of its arguments' deep names (``call``: ``name``, ``arguments``,
-    ``read_only``)."""
+    ``read_only``); ``same``: the digest its outcome will name it by (``u``), for a call that runs."""
     arguments, deep = _digest_arguments(call.arguments, digests)
     line = _head(conversation, t=turn, r=response, i=order, n=call.name, a=arguments)
     if type(call.read_only) is bool:  # anything else is no hint (as ``ToolCall`` takes it)
         line["ro"] = call.read_only
     if refused is not None:
         line["x"] = str(refused)
+    if same is not None:
+        line["u"] = same
     return line, deep
 
 
 def _outcome_line(
-    conversation: Conversation, turn: int, order: int, ok: bool, result: Any, digests: _Digests
+    conversation: Conversation, turn: int, ok: bool, result: Any, digests: _Digests, same: str
 ) -> tuple[dict[str, Any], set[str]]:
-    """Call ``order``'s outcome line and the digests of its result's deep names."""
+    """The outcome line of the call ``same`` names (its ``u``), and the digests of its result's deep names."""
     outcome, deep = _digest_result(result, digests)
-    return _head(conversation, t=turn, i=order, ok=bool(ok), o=outcome), deep
+    return _head(conversation, t=turn, ok=bool(ok), o=outcome, u=same), deep
 
 
 Line = tuple[dict[str, Any], set[str], set[str]]
@@ -406,9 +412,12 @@ def trajectory_lines(trajectory: Trajectory, key: bytes = b"") -> Iterator[Line]
             yield _head(conversation, t=number, m=response_number), set(), set()
             for call in response:
                 order += 1
-                line, deep_arguments = _call_line(conversation, number, response_number, order, call, digests, None)
+                same = digests.digest(_call_ident(call))
+                line, deep_arguments = _call_line(
+                    conversation, number, response_number, order, call, digests, None, same
+                )
                 yield line, deep_arguments, set()
-                outcome, deep_results = _outcome_line(conversation, number, order, call.ok, call.result, digests)
+                outcome, deep_results = _outcome_line(conversation, number, call.ok, call.result, digests, same)
                 yield outcome, set(), deep_results
         if turn:  # the model call that answered, as a live recording has it
             yield _head(conversation, t=number, m=len(turn) + 1), set(), set()
@@ -458,14 +467,10 @@ class DigestRecorder:
         self._remove: Callable[[], None] | None = None
         self._order = 0
         self._names: OrderedDict[Conversation, tuple[set[str], set[str]]] = OrderedDict()
-        self._pending: OrderedDict[tuple[Conversation, int, str], deque[int]] = OrderedDict()
-        """Per call (``_call_ident``): the orders of its decisions waiting for an outcome, oldest first; the
-        call touched last, last."""
-        self._waiting = 0
-        """The orders waiting in ``_pending``, in all."""
         self._foreign: set[str] = set()
         """The paths of the folder found to be links or special files (each warned of once)."""
-        self._failing = False
+        self.failing: str | None = None
+        """Why the last line could not be written (``None``: it was, or none was tried): a hook command says it."""
         self._unnamed = False
         self._file: BinaryIO | None = None
         self._claim: BinaryIO | None = None
@@ -537,44 +542,20 @@ class DigestRecorder:
             with self._lock:
                 self._order += 1
                 order = self._order
-                if refusal is None:  # its outcome, if told, names this order
-                    self._wait(_call_ident(conversation, turn, seen.call), order)
             refused = None if refusal is None else refusal.reason
-            line, deep = _call_line(conversation, turn, where.response, order, seen.call, self._digests, refused)
+            same = None if refusal is not None else self._digests.digest(_call_ident(seen.call))
+            line, deep = _call_line(conversation, turn, where.response, order, seen.call, self._digests, refused, same)
             self._write((line, deep, set()))
         elif isinstance(seen, ToolResultRecorded):
-            ident = _call_ident(conversation, turn, seen.call)
-            with self._lock:
-                waiting = self._pending.get(ident)
-                if not waiting:
-                    return  # a call decided before the recorder was installed (or forgotten): nothing to name
-                order = waiting.popleft()
-                self._waiting -= 1
-                if not waiting:
-                    del self._pending[ident]
-            line, deep = _outcome_line(conversation, turn, order, seen.ok, seen.result, self._digests)
+            # named by ``u``: the reader gives it to the first call of that ``u`` in the turn without an outcome,
+            # whichever writer decided it (a coding CLI's hook calls are processes of their own)
+            same = self._digests.digest(_call_ident(seen.call))
+            line, deep = _outcome_line(conversation, turn, seen.ok, seen.result, self._digests, same)
             self._write((line, set(), deep))
         elif isinstance(seen, TurnStarted):
             self._write((_head(conversation, t=turn, k=self._check), set(), set()))
         elif isinstance(seen, ModelCallDecided) and seen.stop is None:
             self._write((_head(conversation, t=turn, m=where.response), set(), set()))
-
-    def _wait(self, ident: tuple[Conversation, int, str], order: int) -> None:
-        """Keep ``order`` waiting for the outcome of call ``ident``, within ``MAX_WAITING_PER_CALL``,
-        ``MAX_WAITING`` and ``MAX_CONVERSATIONS`` calls (the lock held)."""
-        waiting = self._pending.get(ident)
-        if waiting is None:
-            waiting = self._pending[ident] = deque()
-        else:
-            self._pending.move_to_end(ident)
-        waiting.append(order)
-        self._waiting += 1
-        if len(waiting) > MAX_WAITING_PER_CALL:
-            waiting.popleft()
-            self._waiting -= 1
-        while len(self._pending) > MAX_CONVERSATIONS or self._waiting > MAX_WAITING:
-            _, forgotten = self._pending.popitem(last=False)
-            self._waiting -= len(forgotten)
 
     def label(self, conversation_id: str, success: bool) -> None:
         """Say whether a conversation succeeded (every agent's part of it): the replay's false-alarm figure
@@ -624,11 +605,11 @@ class DigestRecorder:
                 self._close()  # opened again, and the path checked again, at the next line
                 if strict:
                     raise
-                if not self._failing:
+                if self.failing is None:
                     logger.warning("repeat_hooks recording: cannot write %s (%s); the guard goes on", self.path, error)
-                self._failing = True
+                self.failing = f"cannot write {self.path} ({error})"
                 return
-            self._failing = False
+            self.failing = None
             if names is not None:
                 names[0].update(deep_arguments)
                 names[1].update(deep_results)
@@ -809,11 +790,11 @@ def line_bytes(line: dict[str, Any]) -> bytes:
 _NO_FIELDS: frozenset[str] = frozenset()
 
 
-def _call_ident(conversation: Conversation, turn: int, call: Any) -> tuple[Conversation, int, str]:
-    """Which decided calls an outcome may belong to: the same tool and arguments in the same turn (the first
-    one waiting takes it; a call id would not do: the policy names a batch's calls without one ``#0``...)."""
-    text = f"{call.name}\x00{canonical_arguments(call.arguments, _NO_FIELDS)}".encode("utf-8", "surrogatepass")
-    return conversation, turn, hashlib.blake2b(text, digest_size=16).hexdigest()
+def _call_ident(call: Any) -> str:
+    """What names a call to its outcome (``u``, digested with the recorder's key): its tool and arguments (the first
+    call of the same tool and arguments in the same turn without an outcome takes it; a call id would not do: the
+    policy names a batch's calls without one ``#0``...)."""
+    return f"{call.name}\x00{canonical_arguments(call.arguments, _NO_FIELDS)}"
 
 
 __all__ = ["DigestRecorder", "digest_arguments", "digest_result", "field_digest", "trajectory_lines"]

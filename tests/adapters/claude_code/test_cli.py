@@ -14,10 +14,10 @@ import pytest
 from repeat_hooks_claude_code import stop_of, trajectory
 from repeat_hooks_claude_code.testing import Home, Run, claude_cli, tool_results
 
-from repeat_hooks import StopReason
+from repeat_hooks import Policy, StopReason
 from repeat_hooks.kit.fake_messages import FakeMessagesAPI, Reply, steps, tool_use
 from repeat_hooks.kit.sandbox import resident_folder, served
-from repeat_hooks.offline.replay import UNRECORDED
+from repeat_hooks.offline.replay import UNRECORDED, RecordedCall, Trajectory, replay
 
 pytestmark = pytest.mark.skipif(not claude_cli().exists(), reason="no Claude Code CLI (pip install claude-agent-sdk)")
 
@@ -136,6 +136,54 @@ def test_a_store_it_cannot_reach_lets_every_call_run(home: Home, tmp_path: Path)
     transcript = "".join(path.read_text() for path in (home.config / "projects").glob("*/*.jsonl"))
     said = "Failed with non-blocking status code: repeat-hooks hook claude-code: the state at "
     assert transcript.count(said) >= 4  # exit code 1: Claude Code keeps the line (the transcript view shows it)
+
+
+def test_a_recorded_session_replays_as_the_guard_decided_it(home: Home, resident_env: dict[str, str]) -> None:
+    """Every hook call writes what it decided (the resident server, or each call's own process: a writer each); the
+    replay of the folder pairs each result with its call and decides as the live run did: nothing of a value."""
+    folder, key = home.record()
+    run, _ = scripted(home, [[bash(RUN, f"Run the tests, take {n}")] for n in range(6)], **resident_env)
+    assert runs(home) == 2 and run.result["terminal_reason"] == "hook_stopped"
+    figures = home.replayed(folder, key)
+    assert {name: figures[name] for name in ("trajectories", "calls", "refused", "harmful", "unjudged")} == {
+        "trajectories": 1, "calls": 5, "refused": 3, "harmful": 0, "unjudged": 0,
+    }  # fmt: skip
+    assert (figures["waste_prevented"], figures["turns_stopped"]) == (3, 1)
+    written = "".join(path.read_text() for path in folder.glob("repeat-hooks*.jsonl"))
+    assert run.result["session_id"] in written and "Bash" in written
+    assert "passed" not in written and "ran.txt" not in written and "take" not in written  # digests only
+
+
+def test_parallel_calls_recorded_by_processes_of_their_own_pair_with_their_results(home: Home) -> None:
+    """Three same calls a response, their hook processes at once and each its own writer: each result reaches its
+    call in the replay (none unjudged), which refuses what the guard refused."""
+    folder, key = home.record()
+    same = [bash(RUN, f"Run the tests ({n})") for n in range(3)]
+    scripted(home, [same, same], REPEAT_HOOKS_RESIDENT="off")
+    assert runs(home) == 2
+    figures = home.replayed(folder, key)
+    # the figures of the same calls as a full trajectory: the first response's third call, refused before the model
+    # saw any result of it, counts as harmful there too
+    full = Trajectory("s", [[[RecordedCall("Bash", {"command": RUN}, "3 passed") for _ in range(3)]] * 2])
+    expected = replay(Policy(), [full])
+    assert (figures["calls"], figures["refused"], figures["harmful"], figures["unjudged"]) == (
+        expected.calls, expected.refused, expected.harmful, 0,
+    ) == (6, 4, 1, 0)  # fmt: skip
+
+
+def test_a_recording_it_cannot_write_is_said_and_the_guard_goes_on(home: Home) -> None:
+    blocker = home.root / "not-a-folder"
+    blocker.write_text("")
+    home.user_settings.parent.mkdir(parents=True, exist_ok=True)
+    home.user_settings.write_text(json.dumps({"record": str(blocker / "recordings")}))
+    run, _ = scripted(home, [[bash(RUN, f"Run the tests, take {n}")] for n in range(6)], REPEAT_HOOKS_RESIDENT="off")
+    assert runs(home) == 2 and run.result["terminal_reason"] == "hook_stopped"  # guarded all the same
+    done = home.repeat_hooks("hook", "claude-code", event=json.dumps({
+        "hook_event_name": "UserPromptSubmit", "session_id": "s", "prompt_id": "p", "prompt": "go",
+    }), REPEAT_HOOKS_RESIDENT="off")  # fmt: skip
+    assert done.returncode == 0
+    assert done.stderr.startswith("repeat-hooks hook claude-code: recording: cannot write ")
+    assert done.stderr.endswith("; the guard goes on\n") and done.stderr.count("\n") == 1
 
 
 def test_a_session_run_without_the_guard_replays_from_its_transcript(tmp_path: Path) -> None:

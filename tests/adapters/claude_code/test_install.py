@@ -4,6 +4,7 @@ user's own hooks, idempotently, and removed exactly, leaving the file as it was,
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -89,6 +90,22 @@ def test_dry_run_prints_the_change_and_writes_nothing(tmp_path: Path) -> None:
     assert done.stdout.startswith(f"--- {home.settings}\n+++ {home.settings} (after)\n")
     assert '+            "command": ' in done.stdout and "repeat-hooks hook claude-code" in done.stdout
     assert not [line for line in done.stdout.splitlines() if line.startswith("-") and not line.startswith("---")]
+
+
+def test_a_dry_run_cut_short_ends_quietly(tmp_path: Path) -> None:
+    """``repeat-hooks install claude-code --dry-run | head -1``: status 0, nothing on stderr (no "Broken pipe")."""
+    home = Home(tmp_path)
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written: the first write fails, every time
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "repeat_hooks", "install", "claude-code", "--dry-run"],
+            cwd=home.project, env=home.env(), stdout=write, stderr=subprocess.PIPE, timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (0, b"")
+    assert not home.settings.exists()
 
 
 def test_the_project_scope_writes_the_projects_settings(tmp_path: Path) -> None:

@@ -127,3 +127,21 @@ def test_without_the_guard_every_repeat_runs(tmp_path: Path) -> None:
     run, api = scripted(bare, [[shell(RUN)] for _ in range(6)])
     assert runs(bare) == 6 and run.code == 0
     assert not any(text.startswith(BLOCKED) for text in tool_outputs(api))
+
+
+@pytest.mark.parametrize("resident", ["resident server", "own processes"])
+def test_a_recorded_session_replays_as_the_guard_decided_it(home: Home, resident: str) -> None:
+    """``record`` in the user's settings: each hook call writes what it decided; the replay of the folder pairs each
+    result with its call and decides as the run did (Codex ends no turn: the guard refused to the end)."""
+    folder, key = home.record()
+    env = {} if resident == "resident server" else {"REPEAT_HOOKS_RESIDENT": "off"}
+    scripted(home, [[shell(RUN)] for _ in range(6)], **env)
+    assert runs(home) == 2
+    figures = home.replayed(folder, key)
+    assert {name: figures[name] for name in ("trajectories", "calls", "refused", "harmful", "unjudged")} == {
+        "trajectories": 1, "calls": 6, "refused": 4, "harmful": 0, "unjudged": 0,
+    }  # fmt: skip
+    assert (figures["waste_prevented"], figures["turns_stopped"]) == (4, 1)
+    scripted(home, [[shell(RUN)] * 3] * 2, REPEAT_HOOKS_RESIDENT="off")  # a second session: parallel hook processes
+    figures = home.replayed(folder, key)
+    assert (figures["trajectories"], figures["calls"], figures["refused"], figures["unjudged"]) == (2, 12, 8, 0)

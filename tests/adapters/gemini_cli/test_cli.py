@@ -138,3 +138,22 @@ def test_without_the_guard_geminis_own_detector_misses_a_loop_whose_description_
     assert runs(fixed) == 4 and [line["message"] for line in run.of_type("error")] == [
         "Loop detected, stopping execution"
     ]
+
+
+@pytest.mark.parametrize("resident", ["resident server", "own processes"])
+def test_a_recorded_session_replays_as_the_guard_decided_it(home: Home, resident: str) -> None:
+    """``record`` in the user's settings: each hook call writes what it decided, with no call id to name a call by
+    (Gemini CLI gives none); the replay of the folder pairs each result with its call and decides as the run did."""
+    folder, key = home.record()
+    env = {} if resident == "resident server" else {"REPEAT_HOOKS_RESIDENT": "off"}
+    scripted(home, [[shell(RUN, f"Run the tests, take {n}")] for n in range(6)], **env)
+    assert runs(home) == 2
+    figures = home.replayed(folder, key)
+    assert {name: figures[name] for name in ("trajectories", "calls", "refused", "harmful", "unjudged")} == {
+        "trajectories": 1, "calls": 5, "refused": 3, "harmful": 0, "unjudged": 0,
+    }  # fmt: skip
+    assert (figures["waste_prevented"], figures["turns_stopped"]) == (3, 1)
+    same = [shell(RUN, f"Run the tests ({n})") for n in range(3)]
+    scripted(home, [same, same], REPEAT_HOOKS_RESIDENT="off")  # a second session: parallel hook processes
+    figures = home.replayed(folder, key)
+    assert (figures["trajectories"], figures["calls"], figures["refused"], figures["unjudged"]) == (2, 11, 7, 0)

@@ -70,6 +70,18 @@ def test_no_file_at_all_and_a_hooks_config_the_user_added_since(tmp_path: Path) 
     assert json.loads(home.settings.read_text()) == {"hooksConfig": {"disabled": ["someone-elses"]}}
 
 
+def test_install_says_when_the_settings_tell_gemini_cli_to_skip_the_guards_hooks(tmp_path: Path) -> None:
+    home = Home(tmp_path, settings={})
+    home.settings.write_text(written({"hooksConfig": {"disabled": ["repeat-hooks"]}}))
+    done = home.install()
+    assert done.stderr == (
+        f"repeat-hooks install: note: {home.settings} lists repeat-hooks in hooksConfig.disabled: gemini-cli runs "
+        "none of the guard's hooks until you remove it from there\n"
+    )
+    home.settings.write_text(written({"hooksConfig": {"disabled": ["someone-elses"]}}))
+    assert home.install().stderr == ""
+
+
 def test_dry_run_prints_the_change_and_writes_nothing(tmp_path: Path) -> None:
     home = Home(tmp_path, settings={})
     before = written(USERS)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from repeat_hooks import Policy, Stop, StopReason
 
-from .guard import CLI, ENTRIES, FEEDS, SETTINGS, GuardSetupError, RepeatGuardStopped, hook, settings_file
+from .guard import CLI, ENTRIES, FEEDS, SETTINGS, SKIPPED, GuardSetupError, RepeatGuardStopped, hook, settings_file
 from .state import stop_of
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "ENTRIES",
     "FEEDS",
     "SETTINGS",
+    "SKIPPED",
     "GuardSetupError",
     "Policy",
     "RepeatGuardStopped",

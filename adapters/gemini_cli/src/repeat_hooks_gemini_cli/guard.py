@@ -47,6 +47,8 @@ ENTRIES = (
 )
 """The hook entries ``repeat-hooks install gemini-cli`` adds, one matcher group each (``*``: every tool); ``name`` is
 how Gemini CLI's messages and ``hooksConfig.disabled`` name it."""
+SKIPPED = "hooksConfig.disabled"
+"""Where Gemini CLI's settings list hooks by ``name`` that it does not run: install says so when ours is there."""
 SETTINGS: Mapping[str, Any] = MappingProxyType({"hooksConfig.enabled": True})
 """What install also sets: Gemini CLI runs no hook at all with ``hooksConfig.enabled: false`` (uninstall puts back
 what was there)."""
