@@ -43,14 +43,16 @@ def shell(command: str) -> dict[str, Any]:
     return call("exec_command", {"cmd": command})
 
 
-def scripted(home: Home, responses: Sequence[Reply], **env: str) -> tuple[Run, FakeResponsesAPI]:
+def scripted(
+    home: Home, responses: Sequence[Reply], *, trusted: bool = False, **env: str
+) -> tuple[Run, FakeResponsesAPI]:
     """Run the CLI on a model that answers ``responses`` in turn, then ``"Done."``."""
 
     def answer(request: dict[str, Any], step: int) -> Reply:
         return responses[step] if step < len(responses) else "Done."
 
     with FakeResponsesAPI(answer) as api:
-        run = home.codex(api, PROMPT, env=env)
+        run = home.codex(api, PROMPT, env=env, trusted=trusted)
     return run, api
 
 
@@ -145,3 +147,18 @@ def test_a_recorded_session_replays_as_the_guard_decided_it(home: Home, resident
     scripted(home, [[shell(RUN)] * 3] * 2, REPEAT_HOOKS_RESIDENT="off")  # a second session: parallel hook processes
     figures = home.replayed(folder, key)
     assert (figures["trajectories"], figures["calls"], figures["refused"], figures["unjudged"]) == (2, 12, 8, 0)
+
+
+@pytest.mark.parametrize("trusted", [True, False], ids=["trusted project", "untrusted project"])
+def test_the_projects_hooks_file_guards_a_trusted_project_only(tmp_path: Path, trusted: bool) -> None:
+    """``install codex --project`` alone (no user hooks): Codex reads the project's ``.codex/hooks.json`` in a project
+    the user trusts (``config.toml``'s ``trust_level``), and in no other, where every repeat runs."""
+    if not codex_cli().exists():
+        missing_service(f"no Codex CLI at {codex_cli()}: {install_hint()}")
+    home = Home(tmp_path)
+    assert home.repeat_hooks("install", "codex", "--project").returncode == 0
+    assert not home.settings.exists() and (home.project / ".codex" / "hooks.json").exists()
+    run, api = scripted(home, [[shell(RUN)] for _ in range(4)], trusted=trusted, REPEAT_HOOKS_RESIDENT="off")
+    assert run.code == 0
+    assert runs(home) == (2 if trusted else 4)
+    assert sum(text.startswith(REFUSED) for text in tool_outputs(api)) == (2 if trusted else 0)

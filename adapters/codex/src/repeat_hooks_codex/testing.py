@@ -79,13 +79,21 @@ class Home(sandbox.Home):
         return settings_file("user", self.env())
 
     def codex(
-        self, api: FakeResponsesAPI, prompt: str, *, env: Mapping[str, str] | None = None, timeout: float = 120
+        self,
+        api: FakeResponsesAPI,
+        prompt: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 120,
+        trusted: bool = False,
     ) -> Run:
-        """``codex exec --json <prompt>`` in the project, against ``api``, hooks run without asking for trust."""
+        """``codex exec --json <prompt>`` in the project, against ``api``, hooks run without asking for trust;
+        ``trusted``: the project trusted in ``config.toml`` (Codex reads a project's ``.codex/`` only then)."""
+        trust = f'\n[projects."{self.project}"]\ntrust_level = "trusted"\n' if trusted else ""
         (self.codex_home / "config.toml").write_text(
             f'model = "{MODEL}"\nmodel_provider = "fake"\napproval_policy = "never"\n'
             'sandbox_mode = "danger-full-access"\n\n[model_providers.fake]\nname = "fake"\n'
-            f'base_url = "{api.base_url}/v1"\nwire_api = "responses"\nenv_key = "FAKE_API_KEY"\n'
+            f'base_url = "{api.base_url}/v1"\nwire_api = "responses"\nenv_key = "FAKE_API_KEY"\n{trust}'
         )
         environ = {**self.env(**dict(env or {})), "FAKE_API_KEY": "offline-dummy-key"}
         command = [str(codex_cli()), "exec", "--json", "--skip-git-repo-check", "--disable", "plugins"]
