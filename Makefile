@@ -3,10 +3,13 @@
 PYTHON ?= python3.12
 VENV := .venv
 BIN := $(VENV)/bin
-ADAPTERS := $(sort $(dir $(wildcard adapters/*/pyproject.toml)))
+# CrewAI pins openai 2.x and pydantic 2.12, which the OpenAI Agents SDK's openai 3 rules out: its adapter has a venv
+# of its own (.venv-crewai, `make test-crewai`, which `make test` runs after the rest).
+OWN_VENV := adapters/crewai/
+ADAPTERS := $(filter-out $(OWN_VENV),$(sort $(dir $(wildcard adapters/*/pyproject.toml))))
 STAMP := $(VENV)/.installed
 
-.PHONY: test node-clis test-pythons test-adk-oldest mutate demo deploy-demo lint typecheck bench clean
+.PHONY: test test-crewai test-af-mcp node-clis test-pythons test-adk-oldest mutate demo deploy-demo lint typecheck bench clean
 
 $(STAMP): pyproject.toml $(wildcard adapters/*/pyproject.toml)
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found (Python >= 3.12 is needed); set PYTHON=..." >&2; exit 1; }
@@ -39,8 +42,35 @@ $(NODE_CLI_STAMP):
 
 # Two workers, each test file on one of them (its module fixtures and services with it): the suite's real loops and
 # servers wait more than they compute, so this halves its time on a 2-core machine.
+# What needs a venv of its own runs after the rest: CrewAI's adapter, and Agent Framework's MCP client test.
 test: lint typecheck node-clis
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2 --dist loadfile --ignore=tests/adapters/crewai \
+		--ignore=tests/adapters/agent_framework/test_mcp.py
+	$(MAKE) --no-print-directory test-crewai test-af-mcp
+
+# The CrewAI adapter's tests in its own venv (the core, its test deps and crewai): type-checked and its shape
+# checked there too (the shared venv cannot import it).
+CREWAI := .venv-crewai
+test-crewai: $(CREWAI)/.installed
+	$(CREWAI)/bin/mypy --cache-dir $(CREWAI)/.mypy_cache adapters/crewai/src
+	$(CREWAI)/bin/python -m pytest -n 2 --dist loadfile tests/adapters/crewai "tests/adapters/test_shape.py::test_the_adapter_has_the_shape[crewai]"
+
+$(CREWAI)/.installed: $(STAMP) adapters/crewai/pyproject.toml
+	test -x $(CREWAI)/bin/python || $(BIN)/uv venv -q --python $(BIN)/python $(CREWAI)
+	$(BIN)/uv pip install -q --python $(CREWAI)/bin/python -e '.[test-core]' -e 'adapters/crewai[test]'
+	touch $@
+
+# Agent Framework 1.23's MCPStdioTool needs mcp 2.x (`from mcp import Client`), which the shared venv's mcp<2 pins
+# rule out: its MCP client test in a venv of its own, the shared carrier server run by the shared venv's Python.
+AF_MCP := .venv-af-mcp
+test-af-mcp: $(AF_MCP)/.installed
+	REPEAT_HOOKS_CARRIER_PYTHON=$(abspath $(BIN))/python $(AF_MCP)/bin/python -m pytest -q \
+		tests/adapters/agent_framework/test_mcp.py
+
+$(AF_MCP)/.installed: $(STAMP) adapters/agent_framework/pyproject.toml
+	test -x $(AF_MCP)/bin/python || $(BIN)/uv venv -q --python $(BIN)/python $(AF_MCP)
+	$(BIN)/uv pip install -q --python $(AF_MCP)/bin/python -e '.[test-core]' -e 'adapters/agent_framework[test-mcp]'
+	touch $@
 
 # The core claims Python 3.10-3.13: `make test-pythons` type-checks (mypy --python-version X.Y) and runs the
 # core's and the OpenAI adapter's tests on the oldest and newest, each in a venv of its own (.venv-3.10,
@@ -108,7 +138,9 @@ deploy-demo: $(STAMP)
 	$(BIN)/python examples/deploy/run.py
 
 bench: $(STAMP)
-	for script in bench/*.py; do [ "$$script" = bench/interleave.py ] && continue; $(BIN)/python $$script || exit 1; done
+	for script in bench/*.py; do case "$$script" in bench/interleave.py|bench/crewai_overhead.py) continue;; esac; \
+		$(BIN)/python $$script || exit 1; done
+	$(MAKE) --no-print-directory $(CREWAI)/.installed && $(CREWAI)/bin/python bench/crewai_overhead.py
 
 clean:
 	rm -rf $(VENV) .venv-* .cache mutants .mypy_cache .pytest_cache .ruff_cache

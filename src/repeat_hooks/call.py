@@ -200,13 +200,13 @@ def call_key(
 def keyed_digest(text: str, key: bytes, size: int) -> str:
     """``blake2b(text, digest_size=size, key=key).hexdigest()`` (text as UTF-8, lone surrogates kept), continuing a
     copy of the key's hasher instead of hashing the key's block again: what every call key and outcome digest is."""
-    hasher = _hasher(key, size).copy()
+    hasher = blake2b_of(key, size).copy()
     hasher.update(text.encode("utf-8", "surrogatepass"))
     return hasher.hexdigest()
 
 
 @functools.lru_cache(maxsize=32)
-def _hasher(key: bytes, size: int) -> hashlib.blake2b:
+def blake2b_of(key: bytes, size: int) -> hashlib.blake2b:
     """BLAKE2b of ``size`` bytes keyed with ``key``, nothing hashed yet (a key BLAKE2b refuses raises here)."""
     return hashlib.blake2b(digest_size=size, key=key)
 

@@ -99,15 +99,24 @@ def decrement(turn: Turn, key: str) -> None:
         counts[key] = number - 1
 
 
+def seen(turn: Turn) -> int:
+    """The changes the model had seen when it chose the calls being decided: ``changes`` as the current response began;
+    in a turn with no response begun (no ``decide_model_call``: each call its own response), every change so far."""
+    return turn.changes_seen if turn.responses else turn.changes
+
+
 def count_progress(policy: Policy, turn: Turn, call: ToolCall, key: str, limit: int) -> tuple[bool, RefusalKind, int]:
-    """``count="progress"``: count a call, restarting its count if something changed since its last run;
-    returns whether it is refused, by which rule, and the number the refusal reports."""
+    """``count="progress"``: count a call, restarting its count if something changed since its last run that the model
+    had seen when it chose it (``seen``); returns whether it is refused, by which rule, and the number the refusal
+    reports."""
     mark = turn.marks.get(key)
+    visible = turn.changes_seen if turn.responses else turn.changes  # seen(turn), written out: every decision's path
     if mark is None:
         number = count(policy, turn, key, restart=True)
-        turn.marks[key] = Mark(changes=turn.changes, outcome=None, ok=None)
+        turn.marks[key] = Mark(changes=visible, outcome=None, ok=None)
         return number > limit, RefusalKind.REPEAT, number
-    restart = mark.changes != turn.changes
+    # A mark's changes include its own run's (record_progress), which may be past what the response began with.
+    restart = visible > mark.changes
     if not restart and mark.ok is not False and writes_once(policy, call):
         # It succeeded, or it was let through and no outcome came (it runs in this very batch, or its process died
         # before telling): either way it may have happened, and another would do it twice. Not counted: it does not
@@ -115,7 +124,7 @@ def count_progress(policy: Policy, turn: Turn, call: ToolCall, key: str, limit: 
         return True, RefusalKind.DUPLICATE_WRITE if mark.ok else RefusalKind.UNKNOWN_WRITE, turn.counts.get(key, 0)
     number = count(policy, turn, key, restart)
     if restart:  # something changed since: its count, and its runs with no stable result, start again
-        mark = turn.marks[key] = Mark(turn.changes, mark.outcome, mark.ok, 0)  # _replace costs a microsecond more
+        mark = turn.marks[key] = Mark(visible, mark.outcome, mark.ok, 0)  # _replace costs a microsecond more
     if policy.max_opaque_runs is not None and mark.opaque >= policy.max_opaque_runs:
         return True, RefusalKind.OPAQUE, mark.opaque
     if number > limit:
@@ -158,7 +167,7 @@ def record_rejected(turn: Turn, key: str) -> None:
     """A call of ``key`` was rejected before it ran: marked as a rejection, which its repeats count toward."""
     if key in turn.counts:  # marks are kept for counted keys only: the state stays bounded
         mark = turn.marks.get(key)
-        changes, opaque = (turn.changes, 0) if mark is None else (mark.changes, mark.opaque)
+        changes, opaque = (seen(turn), 0) if mark is None else (mark.changes, mark.opaque)
         turn.marks[key] = Mark(changes=changes, outcome=REJECTED_OUTCOME, ok=False, opaque=opaque)
 
 

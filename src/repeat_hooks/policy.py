@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 from . import counting
-from .call import MAX_NAME_CHARS, ToolCall, as_text, batch_call_ids, call_key, digest_secret
+from .call import MAX_NAME_CHARS, ToolCall, as_text, batch_call_ids, blake2b_of, call_key, digest_secret, json_text
 from .decision import GuardEvent, Refusal, RefusalKind, Stop, StopReason
 from .errors import GuardSetupError
 from .messages import REFUSAL_MESSAGES, REPEAT_MESSAGES, STOP_MESSAGES, TURN_ENDED, WARNING, check_template, render
@@ -127,6 +127,8 @@ class Policy(WholeModel):
 
     _secret: bytes = PrivateAttr(b"")
     _secret_id: str | None = PrivateAttr(None)
+    _plain: bool = PrivateAttr(False)
+    """Calls are told apart by all their arguments (``match``, no ``ignore_arguments``): ``_key``'s fast path."""
     _rules: tuple[tuple[StopRule, float], ...] = PrivateAttr(())
     """The stop rules switched on, with their limits, in ``STOP_RULES``'s order (read before every model call)."""
 
@@ -145,6 +147,7 @@ class Policy(WholeModel):
         self._rules = tuple(
             (rule, getattr(self, rule.setting)) for rule in STOP_RULES if getattr(self, rule.setting) is not None
         )
+        self._plain = self.match == "tool_and_arguments" and not self.ignore_arguments
         if self.digest_key is not None:
             secret = self.digest_key.get_secret_value()
             self._secret = digest_secret(secret)
@@ -437,10 +440,11 @@ class Policy(WholeModel):
     def _decide_call(self, state: GuardState, turn: Turn, call: ToolCall, given: ToolCall) -> Refusal | None:
         """``call`` (``given``, as the model gave it, for the observers) not found in this response's batch: its
         first decision if its id was decided in this response, else decided and counted now."""
-        scoped = _scoped(turn, call.call_id)
-        if scoped is not None:
-            seen = state.deliveries.get(scoped)
-            if seen is not None and seen.tool == call.name and not seen.settled and seen.key == self._key(call):
+        call_id = call.call_id
+        scoped = f"{call_id}@{turn.number}.{turn.responses}" if call_id else None  # _scoped, written out
+        if scoped is not None and scoped in state.deliveries:
+            seen = state.deliveries[scoped]
+            if seen.tool == call.name and not seen.settled and seen.key == self._key(call):
                 return self._refusal(seen.tool, seen.number, RefusalKind(seen.why)) if seen.refused else None
         refusal, event, key = self._decide(state, turn, call, scoped)
         if state.news is not None:
@@ -577,6 +581,19 @@ class Policy(WholeModel):
         state.key_id = self._secret_id
 
     def _key(self, call: ToolCall) -> str:
+        private = self.__pydantic_private__  # as in _turn
+        arguments = call.arguments
+        if type(arguments) is dict and private["_plain"]:  # type: ignore[index]
+            # What adapters hand over: ``call_key``'s own steps for a dict with a JSON form, written out (a call's key
+            # is on the path of every decision and outcome); anything else takes ``call_key``'s general path.
+            try:
+                text = json_text(arguments)
+            except Exception:  # no JSON form: call_key's canonical form below
+                pass
+            else:
+                hasher = blake2b_of(private["_secret"], 16).copy()  # type: ignore[index]
+                hasher.update(f"{call.name}\x00{text}".encode("utf-8", "surrogatepass"))
+                return hasher.hexdigest()
         by_arguments = self.match == "tool_and_arguments"
         return call_key(
             call.name,

@@ -85,6 +85,10 @@ class Turn(WholeModel):
     """With ``count="progress"``: call key digest -> what its last run saw and returned (keys of ``counts``)."""
     changes: Count = 0
     """With ``count="progress"``: successful runs of calls that may change state."""
+    changes_seen: Count = 0
+    """With ``count="progress"``: ``changes`` when the current model response began (``next_response``). A response's
+    calls are judged on what the model had seen when it chose them: a neighbour in the same response that ran first
+    (a CLI running a response's calls one after another) restarts no count; the next response sees it."""
     runs: list[str] = Field(default_factory=list, max_length=MAX_RUNS)
     """With ``count="progress"``: the last runs (key and outcome digests), for cycles."""
     recent: list[str] = Field(default_factory=list, max_length=MAX_KEYS)
@@ -382,7 +386,9 @@ class GuardState(WholeModel):
         """The model's next response begins (a model call was let through): number it, and forget the
         deliveries that can no longer match (the past response's call ids; outcome and model-call ids past
         the newest ``RECENT_DELIVERIES``)."""
-        self.turn.responses += 1
+        turn = self.turn
+        turn.responses += 1
+        turn.changes_seen = turn.changes
         self._end_response()
 
     def _end_response(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import importlib
+import importlib.util
 import inspect
 import textwrap
 from dataclasses import dataclass, field
@@ -45,6 +46,9 @@ class Shape:
     """``stop_of`` awaits a store: the SDK hands the caller nothing the stop could travel in."""
     extra: frozenset[str] = field(default_factory=frozenset)
     """Modules beyond ``ROLES``: each one's docstring says in its first line why it ``exists``."""
+    venv: str | None = None
+    """The venv of its own its SDK's tests run in (CrewAI pins openai 2.x: ``make test-crewai``), where its shape is
+    checked; the shared venv, which cannot import it, skips it saying so."""
     command: bool = False
     """A coding CLI's hook command (Claude Code): the CLI runs one process per event, so there is no guard object a
     user constructs, nor keywords to give it; ``guard`` names the function ``repeat-hooks hook <cli>`` calls (its
@@ -54,12 +58,15 @@ class Shape:
 
 
 ADAPTERS: dict[str, Shape] = {
+    "agent_framework": Shape("RepeatGuardMiddleware"),
     "claude_agent_sdk": Shape("RepeatGuardHooks", async_stop_of=True, extra=frozenset({"stream"})),
     "claude_code": Shape("hook", command=True, extra=frozenset({"transcript"})),
     "codex": Shape("hook", command=True),
+    "crewai": Shape("RepeatGuard", venv="crewai"),
     "gemini_cli": Shape("hook", command=True),
     "google_adk": Shape("RepeatGuardPlugin"),
     "langchain": Shape("RepeatGuardMiddleware", extra=frozenset({"refusal"})),
+    "llama_index": Shape("RepeatGuard"),
     "mistral": Shape("RepeatGuardHook", settings_on_class=True, async_stop_of=True, extra=frozenset({"settings"})),
     "openai_agents": Shape("guard_agent", extra=frozenset({"tracing"})),
     "pydantic_ai": Shape("RepeatGuard", extra=frozenset({"tools"})),
@@ -228,6 +235,8 @@ def test_every_adapter_declares_its_shape() -> None:
 @pytest.mark.parametrize("name", sorted(ADAPTERS))
 def test_the_adapter_has_the_shape(name: str) -> None:
     package = ROOT / "adapters" / name / "src" / f"repeat_hooks_{name}"
+    if ADAPTERS[name].venv is not None and importlib.util.find_spec(package.name) is None:
+        pytest.skip(f"{package.name} is tested in .venv-{ADAPTERS[name].venv} (make test-{ADAPTERS[name].venv})")
     assert shape_problems(package, ADAPTERS[name]) == []
 
 
@@ -235,8 +244,10 @@ def test_the_adapters_runtime_code_stays_small_in_all() -> None:
     total = sum(runtime_lines(ROOT / "adapters" / name / "src" / f"repeat_hooks_{name}") for name in ADAPTERS)
     # 4,997 at issue 25's close; issue 27's features added each SDK's own translation (5,749); issue 29's Claude Code
     # hook command 417 with its transcript reader (its process, settings, store and install are the kit's:
-    # repeat_hooks.kit.command, .install); Gemini CLI's hook command 299 and Codex's 234 (each its events and answers)
-    assert total <= 6_750
+    # repeat_hooks.kit.command, .install); Gemini CLI's hook command 299 and Codex's 234 (each its events and answers);
+    # issue 30's three SDKs, each about 600 (Agent Framework 599, LlamaIndex 600, CrewAI 646: attach and detach on
+    # process-global hook registries, its own turn ids, the executor and a call's two hooks tied without a call id)
+    assert total <= 6_750 + 3 * 600
 
 
 def test_a_misshapen_adapter_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -223,6 +223,30 @@ def test_a_write_running_in_parallel_restarts_the_reads_beside_it() -> None:
     assert run(guard, STATUS)  # the fix ran after the reads had started: the status may differ now
 
 
+def test_a_neighbour_in_the_same_response_that_ran_first_restarts_no_count() -> None:
+    """A CLI that runs a response's calls one after another (a hook per call, each after the previous one's result):
+    the model chose them together, so a write among them restarts no count before the next response; the next
+    response's calls see it."""
+    guard = StopRepeatedCalls()
+    assert guard.pre_llm_call() is None
+    assert [run(guard, STATUS), run(guard, STATUS)] == [True, True]
+    guard.post_llm_call()
+    assert guard.pre_llm_call() is None
+    assert [run(guard, FIX, "done"), run(guard, STATUS), run(guard, STATUS)] == [True, False, False]  # one response
+    guard.post_llm_call()
+    assert guard.pre_llm_call() is None
+    assert [run(guard, STATUS), run(guard, STATUS), run(guard, STATUS)] == [True, True, False]  # it saw the fix now
+
+
+def test_a_calls_own_runs_in_one_response_count_as_the_same_call() -> None:
+    guard = StopRepeatedCalls()
+    assert guard.pre_llm_call() is None
+    assert [run(guard, FIX, "done") for _ in range(3)] == [True, True, False]
+    guard.post_llm_call()
+    assert guard.pre_llm_call() is None
+    assert not run(guard, FIX, "done")  # its own runs are no change to itself
+
+
 def test_a_write_repeated_with_only_failures_between_is_refused() -> None:
     guard = StopRepeatedCalls()
     outcomes = [run(guard, FIX, "done"), run(guard, STATUS, "Error", ok=False), run(guard, FIX, "done")]

@@ -1,0 +1,28 @@
+"""repeat-hooks for LlamaIndex (``llama-index-core`` 0.14): ``agent = RepeatGuard().agent(FunctionAgent(...))`` (or
+``guard.workflow(AgentWorkflow(...))``) guards the agent, its state in the run's ``Context`` store (carried by
+``Context.to_dict()``), or with ``store=`` in a shared ``StateStore``; ``stop_of(await handler)`` says how the guard
+ended the run, if it did. See the README."""
+
+from __future__ import annotations
+
+from repeat_hooks import Policy, Stop, StopReason, TokenPrices
+
+from .guard import GuardedTool, GuardSetupError, RepeatGuard, RepeatGuardStopped
+from .state import STATE_KEY, STOP_KEY, read_state, stop_of
+
+__all__ = [
+    "STATE_KEY",
+    "STOP_KEY",
+    "GuardSetupError",
+    "GuardedTool",
+    "Policy",
+    "RepeatGuard",
+    "RepeatGuardStopped",
+    "Stop",
+    "StopReason",
+    "TokenPrices",
+    "read_state",
+    "stop_of",
+]
+
+__version__ = "0.3.0"
