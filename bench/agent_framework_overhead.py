@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import logging
-import statistics
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -35,7 +33,7 @@ from agent_framework import (
     Message,
     tool,
 )
-from interleave import cpu_seconds, interleave, median_ratio
+from interleave import cpu_seconds, loop_overhead
 from repeat_hooks_agent_framework import RepeatGuardMiddleware, stop_of
 from repeat_hooks_agent_framework.testing import Reply, ScriptedClient, function_call
 
@@ -104,20 +102,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     logging.disable(logging.WARNING)
-    kinds = ["no middleware", "empty middleware", "guarded"]
-    times = interleave({kind: functools.partial(sample, kind) for kind in kinds}, args.rounds)
-    median = {kind: statistics.median(values) * 1e6 for kind, values in times.items()}
-    print(
-        f"Agent Framework agent loop, {CALLS_PER_RUN} tool calls a run, {args.rounds} rounds of {RUNS_PER_SAMPLE} runs"
-    )
-    print("CPU time per tool call (one model call + one tool run each), median:")
-    for kind in kinds:
-        print(f"  {kind:<17} {median[kind]:8.1f} us")
-    own = median["guarded"] - median["empty middleware"]
-    print(
-        f"the guard's own cost: {own:.1f} us per tool call "
-        f"({median_ratio(times['guarded'], times['empty middleware']):.3f}x the loop with empty middleware, "
-        f"{median_ratio(times['guarded'], times['no middleware']):.3f}x the loop with none)"
+    loop_overhead(
+        f"Agent Framework agent loop, {CALLS_PER_RUN} tool calls a run, {RUNS_PER_SAMPLE} runs a sample",
+        sample,
+        ["no middleware", "empty middleware", "guarded"],
+        args.rounds,
     )
 
 

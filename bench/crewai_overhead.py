@@ -17,10 +17,8 @@ rounds of one side's CPU time per tool call (``time.process_time``). The guard's
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 import os
-import statistics
 from typing import Any
 
 from crewai import Agent, Crew, Task
@@ -36,7 +34,7 @@ from crewai.hooks import (
 )
 from crewai.hooks.dispatch import InterceptionPoint, register, unregister
 from crewai.tools import tool
-from interleave import cpu_seconds, interleave
+from interleave import cpu_seconds, loop_overhead
 from repeat_hooks_crewai import RepeatGuard, stop_of
 from repeat_hooks_crewai.testing import Reply, ScriptedLLM, tool_call
 
@@ -113,17 +111,11 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
     logging.disable(logging.WARNING)
-    kinds = ["no hooks", "empty hooks", "guarded"]
-    times = interleave({kind: functools.partial(sample, kind) for kind in kinds}, args.rounds)
-    median = {kind: statistics.median(values) * 1e6 for kind, values in times.items()}
-    print(f"CrewAI agent loop, {CALLS_PER_RUN} tool calls a run, {args.rounds} rounds of {RUNS_PER_SAMPLE} runs")
-    print("CPU time per tool call (one model call + one tool run each), median:")
-    for kind in kinds:
-        print(f"  {kind:<12} {median[kind]:8.1f} us")
-    own = median["guarded"] - median["empty hooks"]
-    print(
-        f"the guard's own cost: {own:.1f} us per tool call "
-        f"({median['guarded'] / median['empty hooks']:.3f}x the loop with empty hooks)"
+    loop_overhead(
+        f"CrewAI agent loop, {CALLS_PER_RUN} tool calls a run, {RUNS_PER_SAMPLE} runs a sample",
+        sample,
+        ["no hooks", "empty hooks", "guarded"],
+        args.rounds,
     )
 
 

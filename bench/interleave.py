@@ -67,3 +67,22 @@ def cpu_seconds(run: Callable[[], object], times: int = 1) -> float:
 def median_ratio(over: Sequence[float], base: Sequence[float]) -> float:
     """The median of the per-round ratios ``over[n] / base[n]``."""
     return statistics.median(a / b for a, b in zip(over, base, strict=True))
+
+
+def loop_overhead(title: str, sample: Callable[[str], float], kinds: Sequence[str], rounds: int) -> None:
+    """Print an SDK loop's CPU time per tool call for each of ``kinds`` (the SDK alone, its empty hooks of the guard's
+    shape, the guard: in that order), sampled side by side (``sample(kind)``: seconds per tool call), and the guard's
+    own cost over the empty hooks, as the median of per-round ratios (and over the SDK alone)."""
+    alone, empty, guarded = kinds
+    times = interleave({kind: (lambda kind=kind: sample(kind)) for kind in kinds}, rounds)
+    median = {kind: statistics.median(values) * 1e6 for kind, values in times.items()}
+    print(f"{title}, {rounds} rounds")
+    print("CPU time per tool call (one model call + one tool run each), median:")
+    width = max(len(kind) for kind in kinds)
+    for kind in kinds:
+        print(f"  {kind:<{width}} {median[kind]:8.1f} us")
+    print(
+        f"the guard's own cost: {median[guarded] - median[empty]:.1f} us per tool call "
+        f"({median_ratio(times[guarded], times[empty]):.3f}x the loop with {empty}, "
+        f"{median_ratio(times[guarded], times[alone]):.3f}x with {alone})"
+    )

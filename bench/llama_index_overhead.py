@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import logging
-import statistics
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from interleave import cpu_seconds, interleave
+from interleave import cpu_seconds, loop_overhead
 from llama_index.core.agent.workflow import AgentOutput, FunctionAgent, ToolCallResult
 from llama_index.core.llms import ChatMessage
 from llama_index.core.memory import BaseMemory
@@ -102,17 +100,11 @@ def main() -> None:
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     warnings.simplefilter("ignore")  # pydantic deprecation warnings the workflows runtime triggers
-    kinds = ["no hooks", "empty hooks", "guarded"]
-    times = interleave({kind: functools.partial(sample, kind) for kind in kinds}, args.rounds)
-    median = {kind: statistics.median(values) * 1e6 for kind, values in times.items()}
-    print(f"LlamaIndex FunctionAgent loop, {CALLS_PER_RUN} tool calls a run, {args.rounds} rounds of {RUNS_PER_SAMPLE}")
-    print("CPU time per tool call (one model call + one tool run each), median:")
-    for kind in kinds:
-        print(f"  {kind:<12} {median[kind]:8.1f} us")
-    own = median["guarded"] - median["empty hooks"]
-    print(
-        f"the guard's own cost: {own:.1f} us per tool call "
-        f"({median['guarded'] / median['empty hooks']:.3f}x the loop with empty hooks)"
+    loop_overhead(
+        f"LlamaIndex FunctionAgent loop, {CALLS_PER_RUN} tool calls a run, {RUNS_PER_SAMPLE} runs a sample",
+        sample,
+        ["no hooks", "empty hooks", "guarded"],
+        args.rounds,
     )
 
 

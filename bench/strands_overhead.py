@@ -16,12 +16,10 @@ guarded minus empty.
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
-import statistics
 from typing import Any
 
-from interleave import cpu_seconds, interleave
+from interleave import cpu_seconds, loop_overhead
 from repeat_hooks_strands import RepeatGuardHooks, stop_of
 from repeat_hooks_strands.testing import Reply, ScriptedModel, tool_use
 from strands import Agent, tool
@@ -107,17 +105,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # Strands warns about nothing here; keep the figures readable
-    kinds = ["no hooks", "empty hooks", "guarded"]
-    times = interleave({kind: functools.partial(sample, kind) for kind in kinds}, args.rounds)
-    median = {kind: statistics.median(values) * 1e6 for kind, values in times.items()}
-    print(f"Strands agent loop, {CALLS_PER_RUN} tool calls a run, {args.rounds} rounds of {RUNS_PER_SAMPLE} runs")
-    print("CPU time per tool call (one model call + one tool run each), median:")
-    for kind in kinds:
-        print(f"  {kind:<12} {median[kind]:8.1f} us")
-    own = median["guarded"] - median["empty hooks"]
-    print(
-        f"the guard's own cost: {own:.1f} us per tool call "
-        f"({median['guarded'] / median['empty hooks']:.3f}x the loop with empty hooks)"
+    loop_overhead(
+        f"Strands agent loop, {CALLS_PER_RUN} tool calls a run, {RUNS_PER_SAMPLE} runs a sample",
+        sample,
+        ["no hooks", "empty hooks", "guarded"],
+        args.rounds,
     )
 
 
