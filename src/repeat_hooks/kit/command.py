@@ -8,7 +8,8 @@ count exactly, and a redelivered event counts once (the call's tool-use id is it
 means (``Event``): a turn starts (``Turn``), a call is about to run (``Asked``: allowed, or denied with the text
 the model reads), a call ran (``Ran``: its outcome and the result as the model reads it), a model response's calls
 have all resolved (``Responded``: the model call is counted, and the next one decided: the stop rules end the
-turn there). Never a traceback into the CLI: an event that is not one JSON object (or too large), a settings file
+turn there), the model answered with text (``Answered``: counted with its answer, for a loop around the agent).
+Never a traceback into the CLI: an event that is not one JSON object (or too large), a settings file
 that cannot be used, or a store that cannot be reached is one line on stderr and the outage policy's answer
 (``fail``: ``"open"``, the CLI goes on, exiting with the CLI's code for a hook error that blocks nothing;
 ``"closed"``, the call is denied or the turn ended). The stderr lines hold tool names, setting names and the store's
@@ -65,11 +66,13 @@ NO_FEED: Mapping[Feed, str] = MappingProxyType(
     {
         Feed.SECONDS: "a hook command sees no model call's time",
         Feed.COST: "a hook command sees no model call's usage",
-        Feed.ANSWERS: "a hook command sees no text answer before its turn is over",
+        Feed.ANSWERS: "this CLI's hook events carry no text answer",
     }
 )
-"""The figures no coding CLI's hook events carry: a budget on one is left out of the guard (``Settings.unused``;
-``repeat-hooks install`` says so), never a reason to turn the guard off."""
+"""The figures a coding CLI's hook events may not carry: a setting that needs one the adapter's ``feeds`` lack is left
+out of its guard (``Settings.unused``; ``repeat-hooks install`` says so), never a reason to turn the guard off. No
+CLI's events carry a model call's time or usage; Claude Code's carry each answer (``Answered``), Gemini CLI's and
+Codex's none."""
 
 
 class Problem(Exception):
@@ -88,6 +91,10 @@ class SettingsError(GuardSetupError):
 @dataclass(frozen=True)
 class Turn:
     """A user prompt starts a turn (fresh per-turn counts, unless its id is the current turn's)."""
+
+    responds: bool = False
+    """The model is called next with no event of the CLI's before it (Claude Code): its first response begins now,
+    so that the calls of every response, the first too, are judged on what the model had seen when it began."""
 
 
 @dataclass(frozen=True)
@@ -114,9 +121,26 @@ class Responded:
     before: bool = False
     """The CLI's event comes before every model call, the turn's first too (Gemini's ``BeforeModel``, Codex's
     ``PreModelRequest``), not after a response: the turn's first only decides (there is no response to count yet)."""
+    unasked: tuple[Ran, ...] = ()
+    """Calls of the response the CLI answered itself, with no event before them (Claude Code: a tool the agent lacks):
+    each not decided in this response (by its call id) is decided now and, let through, recorded as it ran (its error
+    as the model read it), so that its repeats count; a refusal's text is the answer's note for the model."""
 
 
-Step = Turn | Asked | Ran | Responded
+@dataclass(frozen=True)
+class Answered:
+    """The model answered with text, calling no tool (Claude Code's ``Stop``): the model call is counted with its
+    answer (``max_same_answers``). The turn ends there unless a loop around the agent runs it again (a ``Stop`` hook
+    that blocks), with no event before that model call, so the next one is decided now; but at the turn's first
+    answer (no loop has run it again yet) only within ``max_model_calls``: a stop there would end a turn that is over
+    (Claude Code empties its result), and a loop's next model call is decided at its end instead."""
+
+    answer: str | None
+    again: bool = False
+    """A loop around the agent has run it again in this turn (Claude Code's ``stop_hook_active``)."""
+
+
+Step = Turn | Asked | Ran | Responded | Answered
 
 
 @dataclass(frozen=True)
@@ -373,11 +397,15 @@ def _fed(policy: Policy, feeds: tuple[Feed, ...]) -> tuple[Policy, tuple[str, ..
 
 def decide(policy: Policy, state: GuardState, event: Event) -> tuple[Refusal | None, Stop | None, str | None]:
     """The guard's verbs for one event, on ``state`` (in the store's transaction): the refusal of a call, the stop
-    of the turn, and the warning for a result (``Policy(warn=True)``). A refusal that reaches ``max_refusals`` ends
-    the turn at once, its response counted as a model call first (the CLI will not ask the hook before the next)."""
+    of the turn, and the note for the model: the warning for a result (``Policy(warn=True)``), or at a response's end
+    the refusals of the calls the CLI answered itself (``Responded.unasked``). A refusal that reaches
+    ``max_refusals`` ends the turn at once, its response counted as a model call first (the CLI will not ask the hook
+    before the next)."""
     step, turn_id = event.step, event.turn_id
     if isinstance(step, Turn):
         policy.start_turn(state, turn_id=turn_id)
+        if step.responds:
+            return None, policy.decide_model_call(state, turn_id=turn_id), None
     elif isinstance(step, Asked):
         refusal = policy.decide_tool_call(state, step.call, turn_id=turn_id)
         limit = policy.max_refusals
@@ -395,10 +423,37 @@ def decide(policy: Policy, state: GuardState, event: Event) -> tuple[Refusal | N
     elif isinstance(step, Responded):
         if state.turn.stop is not None:
             return None, state.turn.stop, None
+        notes = _unasked(policy, state, step, turn_id)
         if not (step.before and state.turn.responses == 0):
             policy.record_model_call(state, turn_id=turn_id, delivery_id=step.delivery_id)
-        return None, policy.decide_model_call(state, turn_id=turn_id), None
+        return None, policy.decide_model_call(state, turn_id=turn_id), "\n\n".join(notes) or None
+    elif isinstance(step, Answered):
+        if state.turn.stop is not None:  # told already
+            return None, None, None
+        policy.record_model_call(state, turn_id=turn_id, answer=step.answer)
+        limit = policy.max_model_calls
+        if step.again or limit is None or state.turn.model_calls < limit:
+            return None, policy.decide_model_call(state, turn_id=turn_id), None
     return None, None, None
+
+
+def _unasked(policy: Policy, state: GuardState, step: Responded, turn_id: str | None) -> list[str]:
+    """``Responded.unasked`` decided and recorded (none again for a response delivered twice); the texts for the
+    model: each refusal, and each warning (``Policy(warn=True)``) of a call let through."""
+    if not step.unasked or (step.delivery_id is not None and step.delivery_id in state.deliveries):
+        return []
+    notes = []
+    for ran in step.unasked:
+        turn = state.turn
+        if ran.call.call_id and f"{ran.call.call_id}@{turn.number}.{turn.responses}" in state.deliveries:
+            continue  # decided at its own event (the core keeps a call's id scoped to its response)
+        refusal = policy.decide_tool_call(state, ran.call, turn_id=turn_id)
+        if refusal is None:
+            policy.record_tool_result(state, ran.call, ok=ran.ok, result=ran.result, turn_id=turn_id)
+        note = refusal.message if refusal is not None else policy.warning(state, ran.call)
+        if note:
+            notes.append(note)
+    return notes
 
 
 def run(
@@ -469,7 +524,9 @@ def _decided(hook: CommandHook, chosen: Settings, event: Mapping[str, Any], mean
     if refusal is not None:
         return hook.deny(refusal, stop)
     if stop is not None and not isinstance(meaning.step, Asked):
-        return hook.end(stop)
+        ended, code = hook.end(stop)
+        noted = hook.allow(event, warning)[0] if warning else None
+        return ({**noted, **(ended or {})} if noted else ended), code
     return hook.allow(event, warning)
 
 
@@ -496,9 +553,9 @@ def _failed(
     hook: CommandHook, event: Mapping[str, Any] | None, meaning: Event | None, reason: str, fail: str, stderr: IO[str]
 ) -> Answer:
     """One line on stderr; then, failing open, nothing on stdout and the CLI's code for a hook error that blocks
-    nothing. Failing closed: a call about to run is denied, a response's end ends the turn, a turn's start or a
-    call's outcome goes on (nothing to deny); an event that could not be read or settings that could not be used
-    end the turn."""
+    nothing. Failing closed: a call about to run is denied, a response's end ends the turn (a text answer: once a
+    loop runs the agent again), a turn's start or a call's outcome goes on (nothing to deny); an event that could not
+    be read or settings that could not be used end the turn."""
     from ..decision import StopReason
     from ..messages import STORE_DOWN_REFUSAL, STORE_DOWN_STOP
 
@@ -516,7 +573,7 @@ def _failed(
     step = meaning.step
     if isinstance(step, Asked):
         return hook.deny(refusal, None)
-    if isinstance(step, (Turn, Ran)):
+    if isinstance(step, (Turn, Ran)) or (isinstance(step, Answered) and not step.again):  # nothing to deny or end
         return hook.allow(given, None)
     return hook.end(Stop(message=STORE_DOWN_STOP, reason=StopReason.STORE_UNAVAILABLE))
 

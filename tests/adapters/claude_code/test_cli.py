@@ -6,13 +6,15 @@ run ended and its exit code."""
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from repeat_hooks_claude_code import stop_of, trajectory
-from repeat_hooks_claude_code.testing import Home, Run, claude_cli, tool_results
+from repeat_hooks_claude_code.testing import LOOP_HOOK, Home, Run, claude_cli, tool_results
 
 from repeat_hooks import Policy, StopReason
 from repeat_hooks.kit.fake_messages import FakeMessagesAPI, Reply, steps, tool_use
@@ -215,3 +217,42 @@ def test_a_session_run_without_the_guard_replays_from_its_transcript(tmp_path: P
     (figures,) = json.loads(replayed.stdout)
     assert (figures["trajectories"], figures["calls"], figures["refused"], figures["harmful"]) == (1, 12, 4, 0)
     assert (figures["waste_prevented"], figures["loops_caught"], figures["turns_stopped"]) == (4, 1, 1)
+
+
+def test_a_tool_the_agent_lacks_is_refused_like_any_failing_call_and_the_run_ends(home: Home) -> None:
+    """Claude Code answers a call of a tool it does not have itself, with no ``PreToolUse``: the guard decides it at
+    the batch's end, so the model reads the refusal after Claude Code's error from the third try on, and the run ends
+    once it has ignored 3 refusals."""
+    run, api = scripted(home, [[tool_use("mcp__kit__hex", {"query": "255"})]] * 8)
+    seen = tool_results(api)
+    assert len(api.model_requests()) == 5  # not 9
+    assert all(error and text.startswith("<tool_use_error>Error: No such tool available") for error, text in seen)
+    notes = ["PostToolBatch hook additional context: Refused: mcp__kit__hex failed the same way 2 times" in text
+             for _, text in seen]  # fmt: skip
+    assert notes == [False, False, True, True]  # the 5th call's error and refusal ended the run: never read
+    assert (run.code, run.result["terminal_reason"]) == (0, "hook_stopped")
+    stop = stop_of(run.result, environ=home.env())
+    assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
+    assert run.system_messages == [
+        f"PostToolBatch says: repeat-hooks stopped the turn (ignored_refusals): {stop.message}"
+    ]
+
+
+def test_a_users_loop_answered_the_same_round_after_round_is_ended(home: Home) -> None:
+    """A ``Stop`` hook of the user's runs the agent again at each answer (5 rounds): with ``max_same_answers: 3`` the
+    guard's ``Stop`` hook ends the loop at the third same answer, whatever the user's hook answers."""
+    script = home.root / "loop.py"
+    script.write_text(LOOP_HOOK)
+    settings = json.loads(home.settings.read_text())
+    loop = {"hooks": [{"type": "command", "command": f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}"}]}
+    settings["hooks"]["Stop"].insert(0, loop)  # the user's own, before the guard's
+    home.settings.write_text(json.dumps(settings))
+    home.user_settings.parent.mkdir(parents=True, exist_ok=True)
+    home.user_settings.write_text(json.dumps({"max_same_answers": 3}))
+    with FakeMessagesAPI(lambda request: "FR-7731 is in transit.") as api:
+        run = home.claude(api, PROMPT, env={"KIT_ROUNDS": "5", "KIT_ROUNDS_FILE": str(home.root / "rounds")})
+    assert len(api.model_requests()) == 3  # not 5
+    assert (run.code, run.result["terminal_reason"], run.result["result"]) == (0, "stop_hook_prevented", "")
+    stop = stop_of(run.result, environ=home.env())
+    assert stop is not None and stop.reason is StopReason.REPEATED_ANSWER
+    assert run.system_messages == [f"Stop says: repeat-hooks stopped the turn (repeated_answer): {stop.message}"]

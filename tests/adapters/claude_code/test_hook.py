@@ -308,3 +308,110 @@ def test_the_hook_path_loads_none_of_the_offline_tools(tmp_path: Path) -> None:
     unneeded = {"argparse", "asyncio", "redis", "repeat_hooks.offline.console", "repeat_hooks.offline.replay"}
     unneeded |= {"repeat_hooks.offline.reading", "repeat_hooks.offline.recording", "repeat_hooks.kit.conformance"}
     assert loaded & unneeded == set()
+
+
+LACKED = "<tool_use_error>Error: No such tool available: mcp__kit__hex</tool_use_error>"
+"""What Claude Code 2.1.332 answers a call of a tool the agent lacks (no ``PreToolUse``, no ``PostToolUseFailure``)."""
+
+
+def note(answered: Answered) -> str | None:
+    """The note a ``PostToolBatch`` answer hands the model (``additionalContext``)."""
+    return ((answered.output or {}).get("hookSpecificOutput") or {}).get("additionalContext")
+
+
+def test_a_tool_the_agent_lacks_is_refused_at_its_third_try_and_the_run_ends_at_the_third_refusal(
+    tmp_path: Path,
+) -> None:
+    """Claude Code shows such a call only in ``PostToolBatch``: it is decided and recorded as failed there, so the
+    same failure is refused in the batch's note at its third try, and the third refused response ends the run."""
+    session = Session(tmp_path)
+    session.send("UserPromptSubmit", prompt="Convert 255 to hex.")
+    called = {"tool_name": "mcp__kit__hex", "tool_input": {"query": "255"}, "tool_response": LACKED}
+    batches = [session.send("PostToolBatch", tool_calls=[{**called, "tool_use_id": f"toolu_h{n}"}]) for n in range(5)]
+    notes = [note(batch) for batch in batches]
+    assert notes[:2] == [None, None] and [batch.ends for batch in batches] == [False] * 4 + [True]
+    assert all(str(text).startswith("Refused: mcp__kit__hex failed the same way 2 times") for text in notes[2:])
+    last = batches[-1].output or {}
+    assert last["systemMessage"].startswith("repeat-hooks stopped the turn (ignored_refusals): I stopped")
+    stop = stop_of(SESSION, environ={"HOME": str(tmp_path)})
+    assert stop is not None and stop.reason is StopReason.IGNORED_REFUSALS
+
+
+def test_a_call_decided_at_its_pre_tool_use_is_not_decided_again_in_its_batch(tmp_path: Path) -> None:
+    """A call with a ``PreToolUse`` (its ``tool_use_id``) that Claude Code then answered itself (its permissions): the
+    batch does not decide it again nor record it as a failure; a lacked tool beside it counts, as a failure."""
+    settings = tmp_path / ".config" / "repeat-hooks" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps({"max_errors_in_a_row": 2}))
+    session = Session(tmp_path)
+    session.send("UserPromptSubmit", prompt="Build it.")
+    denied = "<tool_use_error>Permission to use Bash has been denied.</tool_use_error>"
+    assert not session.send("PreToolUse", "Bash", bash("make"), tool_use_id="toolu_b1").denied
+    batch = session.send("PostToolBatch", tool_calls=[
+        {"tool_name": "Bash", "tool_input": bash("make"), "tool_use_id": "toolu_b1", "tool_response": denied},
+        {"tool_name": "mcp__kit__hex", "tool_input": {}, "tool_use_id": "toolu_h1", "tool_response": LACKED},
+    ])  # fmt: skip
+    assert (batch.output, batch.ends) == (None, False)  # one failure in a row (the lacked tool's), not two
+    lacked = {"tool_name": "mcp__kit__hex", "tool_input": {}, "tool_use_id": "toolu_h2", "tool_response": LACKED}
+    again = session.send("PostToolBatch", tool_calls=[lacked])
+    assert again.ends and (again.output or {})["systemMessage"].startswith("repeat-hooks stopped the turn (too_many")
+
+
+def test_the_same_answer_round_after_round_of_a_users_loop_ends_it(tmp_path: Path) -> None:
+    """A ``Stop`` hook of the user's runs the agent again each time it answers: ours answers nothing (the user's hook
+    decides), until the answer came ``max_same_answers`` times in a row: then ``continue: false`` ends the loop."""
+    settings = tmp_path / ".config" / "repeat-hooks" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps({"max_same_answers": 3}))
+    session = Session(tmp_path)
+    session.send("UserPromptSubmit", prompt="Keep watching FR-7731.")
+    session.call("mcp__parcels__track", {"id": "FR-7731"})
+    said = "FR-7731 is in transit."
+    stops = [session.send("Stop", stop_hook_active=n > 0, last_assistant_message=said) for n in range(3)]
+    assert [stop.output for stop in stops[:2]] == [None, None] and stops[2].ends
+    assert stops[2].output == {
+        "continue": False,
+        "stopReason": (reason := stops[2].output["stopReason"]),
+        "systemMessage": f"repeat-hooks stopped the turn (repeated_answer): {reason}",
+    }
+    stop = stop_of(SESSION, environ={"HOME": str(tmp_path)})
+    assert stop is not None and stop.reason is StopReason.REPEATED_ANSWER
+    other = Session(tmp_path / "new answers")
+    other.send("UserPromptSubmit", prompt="Keep watching FR-7731.")
+    answers = [f"FR-7731 is {n} km away." for n in range(5)]
+    assert [other.send("Stop", stop_hook_active=n > 0, last_assistant_message=text).output for n, text in
+            enumerate(answers)] == [None] * 5  # fmt: skip
+
+
+def test_an_answer_that_ends_the_turn_is_never_stopped(tmp_path: Path) -> None:
+    """The turn's answer at exactly ``max_model_calls``: no loop has run the agent again, so the hook answers nothing
+    (a stop would empty Claude Code's result); a loop that then runs it again is stopped at its next answer."""
+    settings = tmp_path / ".config" / "repeat-hooks" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps({"max_model_calls": 2}))
+    session = Session(tmp_path)
+    session.send("UserPromptSubmit", prompt="Run the tests.")
+    assert session.call("Bash", bash("pytest -q")).output is None
+    assert session.send("Stop", stop_hook_active=False, last_assistant_message="5 passed.").output is None
+    assert stop_of(SESSION, environ={"HOME": str(tmp_path)}) is None
+    looped = session.send("Stop", stop_hook_active=True, last_assistant_message="5 passed.")
+    assert looped.ends and (looped.output or {})["systemMessage"].startswith(
+        "repeat-hooks stopped the turn (max_steps)"
+    )
+
+
+def test_max_same_answers_is_kept_for_claude_code_and_left_out_where_no_answer_comes(tmp_path: Path) -> None:
+    from repeat_hooks_claude_code import FEEDS
+
+    from repeat_hooks.kit.command import settings as command_settings
+    from repeat_hooks.stop_rules import Feed
+
+    settings = tmp_path / ".config" / "repeat-hooks" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps({"max_same_answers": 3}))
+    environ = {"HOME": str(tmp_path)}
+    ours = command_settings(None, environ, owner="repeat-hooks hook claude-code", feeds=FEEDS)
+    assert (ours.policy.max_same_answers, ours.unused) == (3, ())
+    theirs = command_settings(None, environ, owner="repeat-hooks hook gemini-cli", feeds=(Feed.OUTCOMES,))
+    assert theirs.policy.max_same_answers is None
+    assert theirs.unused == ("max_same_answers (this CLI's hook events carry no text answer)",)

@@ -48,8 +48,11 @@ def test_install_then_uninstall_leaves_the_users_file_byte_identical(tmp_path: P
     pre = document["hooks"]["PreToolUse"]
     assert pre[0] == USERS["hooks"]["PreToolUse"][0]  # the user's own first, as they were
     assert pre[1]["matcher"] == "*" and pre[1]["hooks"][0]["command"].endswith("repeat-hooks hook claude-code")
-    assert document["hooks"]["Stop"] == USERS["hooks"]["Stop"]
-    assert list(document["hooks"]) == ["PreToolUse", "Stop", *(e.event for e in ENTRIES if e.event != "PreToolUse")]
+    stop = document["hooks"]["Stop"]
+    assert stop[0] == USERS["hooks"]["Stop"][0] and stop[1]["hooks"][0]["command"] == pre[1]["hooks"][0]["command"]
+    assert "matcher" not in stop[1]  # every answer
+    theirs = ("PreToolUse", "Stop")
+    assert list(document["hooks"]) == [*theirs, *(e.event for e in ENTRIES if e.event not in theirs)]
     again = home.install()
     assert again.stdout == f"{home.settings}: nothing to change\n" and home.settings.read_text() == after
     removed = home.repeat_hooks("uninstall", "claude-code")

@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from repeat_hooks import Policy, Refusal, Stop, ToolCall
-from repeat_hooks.kit.command import cli_call
+from repeat_hooks.kit.command import Ran, cli_call
 
 READ_ONLY: frozenset[str] = frozenset(
     "Read Glob Grep LS NotebookRead WebFetch WebSearch ToolSearch TaskOutput BashOutput ListMcpResourcesTool "  # noqa: SIM905
@@ -38,6 +38,26 @@ def tool_call(name: str, tool_input: Any, call_id: str | None, policy: Policy) -
     ``read_only`` or ``destructive`` (they decide then). Any other tool (``Bash``, an MCP tool) is unknown: a success
     of it may change what the others return."""
     return cli_call(name, tool_input, call_id, policy, read_only=READ_ONLY, writes=WRITES, volatile=VOLATILE_ARGUMENTS)
+
+
+CLI_ERROR = "<tool_use_error>"
+"""How Claude Code frames the error of a call it answers itself, with no hook before it (2.1.332: ``No such tool
+available: <name>``, an ``InputValidationError``), as the model reads it and ``PostToolBatch``'s ``tool_response``
+holds it (a command's or a tool's own failure is not framed so)."""
+
+
+def unasked(tool_calls: list[Any], policy: Policy) -> tuple[Ran, ...]:
+    """The calls of a ``PostToolBatch``'s ``tool_calls`` that Claude Code answered itself (``CLI_ERROR``), each as a
+    failed call with that error as its result (``command.Responded.unasked``)."""
+    return tuple(
+        Ran(tool_call(name, called.get("tool_input"), str(called.get("tool_use_id") or ""), policy), False, text)
+        for called in tool_calls
+        if isinstance(called, Mapping)
+        and isinstance(name := called.get("tool_name"), str)
+        and name
+        and isinstance(text := called.get("tool_response"), str)
+        and text.startswith(CLI_ERROR)
+    )
 
 
 _WRAPPER = frozenset({"interrupted", "isImage", "noOutputExpected", "_meta", "meta", "annotations"})
@@ -65,8 +85,9 @@ def result_view(tool_response: Any) -> Any:
 def allowed(event_name: str, warning: str | None) -> dict[str, Any] | None:
     """The answer that lets the event go on: nothing (Claude Code's own permissions still decide a call), or after a
     call's result, the guard's warning (``Policy(warn=True)``) as ``additionalContext``, which the model reads right
-    after that result."""
-    if warning is None or event_name not in ("PostToolUse", "PostToolUseFailure"):
+    after that result; after a batch, the refusal (or warning) of a call Claude Code answered itself, read after the
+    batch's last result."""
+    if warning is None or event_name not in ("PostToolUse", "PostToolUseFailure", "PostToolBatch"):
         return None
     return {"hookSpecificOutput": {"hookEventName": event_name, "additionalContext": warning}}
 

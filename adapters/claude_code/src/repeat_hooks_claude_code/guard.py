@@ -15,8 +15,17 @@ The events (Claude Code 2.1.332; every one carries ``session_id`` and ``prompt_i
   a denied call fires neither): its outcome and its result as the model reads it are recorded. Answers nothing, or
   with ``Policy(warn=True)`` the warning as ``additionalContext``.
 - ``PostToolBatch`` fires when every call of a model response has resolved, before the next model call: the model
-  call is counted and the next one decided (``max_errors_in_a_row``, ``max_model_calls``). Answers nothing, or at a
-  stop ``continue: false`` with the stop's text (``stopReason``, ``systemMessage``): no further model call.
+  call is counted and the next one decided (``max_errors_in_a_row``, ``max_model_calls``). Its ``tool_calls`` also
+  hold the calls Claude Code answered itself, with no ``PreToolUse`` and no ``PostToolUseFailure`` (``unasked``: a
+  tool the agent lacks, ``<tool_use_error>Error: No such tool available: <name>...``; arguments it rejects): each is
+  decided and recorded as failed first, so that its repeats count. Answers nothing, or such a call's refusal as
+  ``additionalContext`` (the model reads it after the batch's last result), or at a stop ``continue: false`` with
+  the stop's text (``stopReason``, ``systemMessage``): no further model call.
+- ``Stop`` fires when the model answered with text (``last_assistant_message``): the model call is counted with its
+  answer (``max_same_answers``) and, since a ``Stop`` hook of the user's that blocks (a loop) runs the agent again
+  with no event before that model call, the next one decided. Answers nothing (the user's hooks decide whether the
+  agent goes on; ours never blocks a stop), or at a stop ``continue: false``, which ends the loop too
+  (``terminal_reason: "stop_hook_prevented"``, an empty ``result``).
 
 A sub-agent's events carry its ``agent_id``: its calls count in a state of its own (``state.session_key``), its run
 its one turn.
@@ -32,11 +41,11 @@ from typing import IO, Any
 import repeat_hooks
 from repeat_hooks import Policy
 from repeat_hooks.kit import GuardStopped
-from repeat_hooks.kit.command import Asked, CommandHook, Event, Ran, Responded, Turn, run
+from repeat_hooks.kit.command import Answered, Asked, CommandHook, Event, Ran, Responded, Turn, run
 from repeat_hooks.kit.install import Entry
 from repeat_hooks.stop_rules import Feed
 
-from .calls import allowed, denied, ended, result_view, tool_call
+from .calls import allowed, denied, ended, result_view, tool_call, unasked
 from .state import session_key
 
 CLI = "claude-code"
@@ -49,11 +58,12 @@ ENTRIES = (
     Entry("PostToolUse", "*", {"timeout": TIMEOUT}),
     Entry("PostToolUseFailure", "*", {"timeout": TIMEOUT}),
     Entry("PostToolBatch", None, {"timeout": TIMEOUT}),
+    Entry("Stop", None, {"timeout": TIMEOUT}),
 )
 """The hook entries ``repeat-hooks install claude-code`` adds, one matcher group each (``*``: every tool)."""
-FEEDS: tuple[Feed, ...] = (Feed.OUTCOMES, Feed.MODEL_CALLS, Feed.WARNINGS)
-"""What Claude Code's events feed: each call's outcome, each model response (``PostToolBatch``), and a warning after a
-result (``PostToolUse``'s ``additionalContext``); no model call's time or usage, no answer's text."""
+FEEDS: tuple[Feed, ...] = (Feed.OUTCOMES, Feed.MODEL_CALLS, Feed.ANSWERS, Feed.WARNINGS)
+"""What Claude Code's events feed: each call's outcome, each model response (``PostToolBatch``), each text answer
+(``Stop``), and a warning after a result (``PostToolUse``'s ``additionalContext``); no model call's time or usage."""
 
 GuardSetupError = repeat_hooks.GuardSetupError
 """A setup mistake (a misspelt setting, a settings file that is no JSON object): the message says the right spelling."""
@@ -96,12 +106,16 @@ class ClaudeCodeHook(CommandHook):
         prompt = event.get("prompt_id")
         turn_id = agent if sub else prompt if isinstance(prompt, str) and prompt else None
         if name == "UserPromptSubmit":
-            return Event(key, turn_id, Turn())
+            return Event(key, turn_id, Turn(responds=True))  # no event before a model call: its first starts now
         if name == "PostToolBatch":
             calls = event.get("tool_calls")
             listed = calls if isinstance(calls, list) else []
             ids = [str(c.get("tool_use_id")) for c in listed if isinstance(c, Mapping) and c.get("tool_use_id")]
-            return Event(key, turn_id, Responded(f"batch:{ids[0]}" if ids else None))
+            return Event(key, turn_id, Responded(f"batch:{ids[0]}" if ids else None, unasked=unasked(listed, policy)))
+        if name == "Stop":
+            said = event.get("last_assistant_message")
+            again = event.get("stop_hook_active") is True
+            return Event(key, turn_id, Answered(said if isinstance(said, str) else None, again))
         if name not in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
             return Event(key, turn_id, None)
         tool = self.field(event, "tool_name")
