@@ -21,7 +21,8 @@
   loaded between hook calls, and the small client each call is while it runs; ``install``: its entries merged into and
   removed from the CLI's JSON settings file; ``fake_messages``: a scripted Anthropic Messages API on loopback, for
   the tests that run the Claude Code CLI; ``fake_models``: scripted Gemini and Responses APIs, for the tests that run
-  the Gemini CLI and Codex (each imported on its own).
+  the Gemini CLI and Codex; ``tool_server``: a conformance scenario's tools as an MCP server in the test process, which
+  the CLI drivers hand their CLI (each imported on its own).
 """
 
 from __future__ import annotations

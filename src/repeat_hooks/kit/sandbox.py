@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,3 +148,23 @@ def resident_folder() -> Iterator[Path]:
 def served(folder: Path) -> int:
     """How many hook calls the resident servers in ``folder`` answered."""
     return sum(int((resident.status(path) or {}).get("served", 0)) for path in folder.glob("*.sock"))
+
+
+def dies_with_parent() -> Callable[[], None] | None:
+    """Linux: a ``preexec_fn`` by which a CLI a test starts gets SIGKILL when the process that started it dies
+    (``run_retried``'s crash is an ``os._exit`` mid-tool-call: the CLI must not go on without its tools and its model);
+    ``None`` elsewhere. ``prctl`` is looked up here, in the parent: the child, forked from a process with threads, only
+    calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def set_death_signal() -> None:  # pragma: no cover - runs in the child, before exec
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+    return set_death_signal

@@ -22,25 +22,18 @@ each turn one ``claude -p`` of one session; ``UNSUPPORTED`` (none) and ``RETRIED
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import json
 import os
 import re
 import shlex
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-from pydantic_core import to_jsonable_python
 
 from repeat_hooks import Policy, StateStore, StopReason
 from repeat_hooks.kit import noted, sandbox
@@ -49,12 +42,11 @@ from repeat_hooks.kit.conformance import (
     STOPPED,
     Cursor,
     Scenario,
-    Tool,
     ToolBox,
-    ToolFailed,
     TurnOutcome,
 )
 from repeat_hooks.kit.fake_messages import MODEL, FakeMessagesAPI, Reply, messages_text, offline_env, tool_use
+from repeat_hooks.kit.tool_server import NAME, ToolServer
 
 from .guard import settings_file
 from .state import stop_of
@@ -149,7 +141,7 @@ def _text(block: Mapping[str, Any]) -> str:
 
 # -- the conformance kit's driver -------------------------------------------------------------------------
 
-SERVER = "kit"
+SERVER = NAME
 """The MCP server the driver's kit tools live on: Claude Code names them ``mcp__kit__<tool>``."""
 APPROVE = "approve"
 """The kit server's permission prompt tool (``--permission-prompt-tool mcp__kit__approve``): the kit's human."""
@@ -235,54 +227,20 @@ def result_text(content: Any) -> str:
     return _HOOK_ERROR.sub("", _REMINDER.sub("", text), count=1).strip()
 
 
-def as_text(result: Any) -> str:
-    """A kit tool's result as the text its MCP tool hands the model: a string as it is, anything else as JSON."""
-    if isinstance(result, str):
-        return result
-    return json.dumps(to_jsonable_python(result), sort_keys=True)
-
-
-class KitServer:
-    """A scenario's kit tools as the tools of a FastMCP server (streamable HTTP, on a free 127.0.0.1 port, served by
-    uvicorn in a thread of this process), each taking ``query`` and running ``ToolBox.run``: its result as text
-    (``as_text``), a ``ToolFailed`` as an ``isError`` result holding its text; a tool's ``read_only`` is its
-    ``readOnlyHint``. With ``approve``, the server also has the permission prompt tool ``approve``: Claude Code asks it
-    about a call of a tool not in ``--allowedTools``, and it puts the call to ``ToolBox.ask``. Use it as a context
-    manager; ``config`` is the CLI's ``--mcp-config``."""
+class KitServer(ToolServer):
+    """The scenario's kit tools (``repeat_hooks.kit.tool_server.ToolServer``) and, with ``approve``, the permission
+    prompt tool ``approve``: Claude Code asks it about a call of a tool not in ``--allowedTools``, and it puts the call
+    to ``ToolBox.ask``. ``config`` is the CLI's ``--mcp-config``."""
 
     def __init__(self, box: ToolBox, *, approve: bool = False) -> None:
-        from mcp.server.fastmcp import FastMCP
-
-        self.server = FastMCP(SERVER, log_level="CRITICAL", stateless_http=True, json_response=True)
-        for item in box.scenario.tools:
-            self._add(box, item)
+        super().__init__(box)
         if approve:
             self._add_approve(box)
-        self._socket = socket.socket()
-        self._socket.bind(("127.0.0.1", 0))
-        self._uvicorn: Any = None
-        self._thread: threading.Thread | None = None
 
     @property
     def config(self) -> str:
         """``--mcp-config``: this server, as ``kit``."""
-        url = f"http://127.0.0.1:{self._socket.getsockname()[1]}/mcp"
-        return json.dumps({"mcpServers": {SERVER: {"type": "http", "url": url}}})
-
-    def _add(self, box: ToolBox, item: Tool) -> None:
-        from mcp.types import CallToolResult, TextContent, ToolAnnotations
-
-        async def run(query: str) -> CallToolResult:
-            await asyncio.sleep(0)  # the server runs calls as tasks: let the neighbours' requests in first
-            try:
-                result = box.run(item.name, query)
-            except ToolFailed as failure:
-                return CallToolResult(isError=True, content=[TextContent(type="text", text=str(failure))])
-            return CallToolResult(content=[TextContent(type="text", text=as_text(result))])
-
-        run.__annotations__ = {"query": str, "return": CallToolResult}  # evaluated: FastMCP reads them
-        hints = ToolAnnotations(readOnlyHint=item.read_only) if item.read_only is not None else None
-        self.server.add_tool(run, name=item.name, description=item.description, annotations=hints)
+        return json.dumps({"mcpServers": {SERVER: {"type": "http", "url": self.url}}})
 
     def _add_approve(self, box: ToolBox) -> None:
         from mcp.types import CallToolResult, TextContent
@@ -300,47 +258,6 @@ class KitServer:
             "tool_name": str, "input": dict[str, Any], "tool_use_id": str | None, "return": CallToolResult,
         }  # fmt: skip
         self.server.add_tool(approve, name=APPROVE, description="The human who approves calls.")
-
-    def __enter__(self) -> KitServer:
-        import uvicorn
-
-        config = uvicorn.Config(self.server.streamable_http_app(), log_level="critical", lifespan="on")
-        self._uvicorn = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._uvicorn.run, kwargs={"sockets": [self._socket]}, name="kit-mcp", daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._uvicorn.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the kit's MCP server did not start")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._uvicorn.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        self._socket.close()
-
-
-def _death_signal() -> Callable[[], None] | None:
-    """Linux: a ``preexec_fn`` by which the CLI gets SIGKILL when the process that started it dies (``run_retried``'s
-    crash is an ``os._exit`` mid-tool-call: the CLI must not go on without its tools and its model). ``prctl`` is
-    looked up here, in the parent: the child, forked from a process with threads, only calls it."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-    def set_death_signal() -> None:  # pragma: no cover - runs in the child, before exec
-        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-    return set_death_signal
 
 
 class Driver:
@@ -496,7 +413,7 @@ class Driver:
             timeout=self.timeout,
             check=False,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_death_signal() if self.crashes else None,  # the child only calls prctl
+            preexec_fn=sandbox.dies_with_parent() if self.crashes else None,  # the child only calls prctl
         )
         lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
         return Run(done.returncode, lines, done.stderr)
