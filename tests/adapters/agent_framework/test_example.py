@@ -24,5 +24,7 @@ def test_the_agent_framework_parcel_tracker_example_runs_offline(
 
     assert_seed_004_story(done.stdout, refused="refused track_parcel", ended="after 5 model calls")
     if saved:
-        state = json.loads(json.loads(session.read_text())["state"]["repeat_hooks"])
+        state = json.loads(
+            json.loads(session.read_text())["state"]["repeat_hooks:parcel_tracker"]
+        )  # the agent is named
         assert state["turn"]["number"] == 2

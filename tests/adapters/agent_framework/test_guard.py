@@ -17,7 +17,7 @@ from repeat_hooks_agent_framework import (
 )
 from repeat_hooks_agent_framework.testing import ScriptedClient, function_call, history, tool_results
 
-from repeat_hooks import Policy, StopReason
+from repeat_hooks import Policy, StopReason, kit
 
 from .conftest import ARGS, REFUSAL, SEED_004, STOPPED, Carrier, client_of, looping_agent
 
@@ -230,3 +230,24 @@ async def test_a_call_a_later_middleware_puts_to_a_human_is_counted_when_it_runs
 
     assert runs == ["box"] and response.text == "Ordered."
     assert tool_results(response)[-1].startswith("Refused: place_order already succeeded")
+
+
+@pytest.mark.parametrize("plain_text", [False, True], ids=["items", "text"])
+async def test_with_warn_the_model_reads_the_guards_note_after_the_result(carrier: Carrier, plain_text: bool) -> None:
+    """``Policy(warn=True)``: after the 2nd identical call the model reads the kit's note after its result (the
+    function's text items, or a text a later middleware set), and the 3rd is refused."""
+
+    class AsText(FunctionMiddleware):
+        async def process(self, context: FunctionInvocationContext, call_next: Any) -> None:
+            await call_next()
+            context.result = "FR-7731: in transit"
+
+    guard = RepeatGuardMiddleware(SEED_004.model_copy(update={"warn": True}))
+    agent = looping_agent(carrier, guard)
+    response = await agent.run("Keep checking FR-7731", middleware=[AsText()] if plain_text else None)
+
+    text = "FR-7731: in transit" if plain_text else "FR-7731: in transit, hub Lyon"
+    first, second, *refused = tool_results(response)
+    assert first == text and second != text and kit.unnoted(second) == text  # the kit's spelling of a note
+    assert second.startswith(f"{text}\n\nNote: track_parcel has now run 2 times") and refused == [REFUSAL] * 3
+    assert carrier.calls == ["FR-7731"] * 2

@@ -161,9 +161,16 @@ async def test_one_guard_given_to_the_agent_and_to_its_run_fails_at_that_run(car
     guard = RepeatGuardMiddleware(SEED_004)
     agent = looping_agent(carrier, guard)
 
-    with pytest.raises(GuardSetupError, match="every call would be counted twice"):
+    with pytest.raises(GuardSetupError, match="every call would be counted twice") as raised:
         await agent.run("Where is FR-7731?", middleware=[guard])
     assert client_of(agent).calls == 0 and carrier.calls == []
+    said = str(raised.value)  # where the guards were found, and no "agent None"
+    assert "one run of an agent with no name (one in Agent(middleware=...), one in agent.run(middleware=...))" in said
+
+    named = Agent(client=ScriptedClient(then=keep_calling("track_parcel", ARGS)), name="parcels", tools=[carrier.tool])
+    with pytest.raises(GuardSetupError, match=r"of agent 'parcels' \(both in agent\.run\(middleware=\.\.\.\)\)"):
+        await named.run("Where is FR-7731?", middleware=[RepeatGuardMiddleware(), RepeatGuardMiddleware()])
+    assert client_of(named).calls == 0 and carrier.calls == []
 
 
 async def test_two_guards_on_one_state_key_fail_and_on_two_keys_both_guard(carrier: Carrier) -> None:
@@ -172,8 +179,10 @@ async def test_two_guards_on_one_state_key_fail_and_on_two_keys_both_guard(carri
         tools=[carrier.tool],
         middleware=[RepeatGuardMiddleware(), RepeatGuardMiddleware()],
     )
-    with pytest.raises(GuardSetupError, match=r"two RepeatGuardMiddleware with state_key 'repeat_hooks'"):
+    with pytest.raises(GuardSetupError, match=r"two RepeatGuardMiddleware with state_key 'repeat_hooks'") as raised:
         await agent.run("Keep checking")
+    assert "(both in Agent(middleware=...))" in str(raised.value) and "agent None" not in str(raised.value)
+    assert carrier.calls == []
 
     agent = Agent(
         client=ScriptedClient(then=keep_calling("track_parcel", ARGS)),
@@ -241,3 +250,28 @@ async def test_a_corrupt_state_is_an_outage_that_names_the_key(
     session.state["repeat_hooks"] = {"turn": "nonsense"}
     assert (await opened.run("Where is FR-7731?", session=session)).text == "In transit."
     assert carrier.calls == ["FR-7731"]
+
+
+async def test_a_corrupt_state_with_fail_open_is_logged_once_a_run(
+    carrier: Carrier, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every seam of the run finds the same foreign value: one error line for the run, not one per seam; the run goes
+    on unguarded (the SDK's own ``max_iterations`` ends it), the value left as it was. The next run logs it again."""
+    agent = looping_agent(carrier, RepeatGuardMiddleware(SEED_004), name="parcels")
+    session = agent.create_session()
+    session.state["repeat_hooks:parcels"] = "garbage"  # this agent's key
+
+    with caplog.at_level(logging.ERROR, logger="repeat_hooks"):
+        response = await agent.run("Where is FR-7731?", session=session)
+
+    errors = [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "session.state['repeat_hooks:parcels']" in errors[0].getMessage()
+    assert len(carrier.calls) == 40 and stop_of(response) is None  # unguarded: the SDK's limit ended it
+    assert session.state["repeat_hooks:parcels"] == "garbage"
+    with pytest.raises(StateCorrupt, match=r"session\.state\['repeat_hooks:parcels'\]"):
+        stop_of(session)
+
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="repeat_hooks"):
+        await agent.run("Again", session=session)
+    assert len([record for record in caplog.records if record.levelno >= logging.ERROR]) == 1

@@ -4,13 +4,14 @@ name, a retried request names its turn (``request(turn_id=...)``), and the setup
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_framework import Agent, tool
-from repeat_hooks_agent_framework import GuardSetupError, RepeatGuardMiddleware, RepeatGuardStopped, stop_of
+from agent_framework import Agent, AgentSession, tool
+from repeat_hooks_agent_framework import GuardSetupError, RepeatGuardMiddleware, RepeatGuardStopped, read_state, stop_of
 from repeat_hooks_agent_framework.testing import ScriptedClient, function_call, keep_calling, tool_results
 
 from repeat_hooks import StopReason, StoreUnavailable
@@ -35,7 +36,32 @@ async def test_the_counts_live_in_the_store_under_the_session_and_the_agent(carr
     assert (stop := stop_of(response)) is not None and stop.message == STOPPED
     state = await store.load("repeat_hooks:conv-1/parcels")
     assert state is not None and state.turn.refusals == 3 and state.turn.stop == stop
-    assert "repeat_hooks" not in session.state  # nothing in the session
+    assert session.state["repeat_hooks:parcels"] == {"in_store": "repeat_hooks:conv-1/parcels"}  # only where it is
+
+
+async def test_stop_of_a_session_whose_state_is_in_the_store_says_where_to_read_it(carrier: Carrier) -> None:
+    """With ``store=`` the session holds no state: reading the stop from it raises, saying where to read it, instead
+    of answering ``None`` (no stop) after a stop; what the run returned carries the stop."""
+    store = MemoryStore()
+    agent = looping_agent(carrier, RepeatGuardMiddleware(SEED_004, store=store), name="parcels")
+    session = agent.create_session(session_id="conv-1")
+
+    response = await agent.run("Keep checking FR-7731", session=session)
+
+    assert (stop := stop_of(response)) is not None and stop.reason is StopReason.IGNORED_REFUSALS
+    said = r"keeps its state in its store=.*stop_of\(response\).*store\.load\('repeat_hooks:conv-1/parcels'\)"
+    with pytest.raises(GuardSetupError, match=said):
+        stop_of(session)
+    with pytest.raises(GuardSetupError, match=said):
+        read_state(session)
+    state = await store.load("repeat_hooks:conv-1/parcels")
+    assert state is not None and state.stop_of() == stop
+
+    restored = AgentSession.from_dict(json.loads(json.dumps(session.to_dict())))  # the mark travels with it
+    with pytest.raises(GuardSetupError, match=said):
+        stop_of(restored)
+    plain = looping_agent(carrier, RepeatGuardMiddleware(SEED_004), name="parcels")  # the guard without its store
+    assert stop_of(await plain.run("Again", session=restored)) is not None  # the mark reads as no state yet
 
 
 async def test_two_guards_on_one_sqlite_store_share_a_retried_requests_turn(carrier: Carrier, tmp_path: Path) -> None:

@@ -1,7 +1,6 @@
-"""repeat-hooks for Microsoft Agent Framework (``agent-framework-core`` 1.23):
-``Agent(middleware=[RepeatGuardMiddleware()])`` guards the agent (its state in the run's ``AgentSession.state``,
-carried by ``session.to_dict()``, or with ``store=`` in a shared ``StateStore``), and
-``stop_of(await agent.run(...))`` says how the guard ended the run, if it did. See the README."""
+"""repeat-hooks for Microsoft Agent Framework (``agent-framework-core`` 1.23): ``Agent(middleware=
+[RepeatGuardMiddleware()])`` guards the agent (its state in the run's ``AgentSession.state``, or with ``store=`` in
+a shared ``StateStore``), and ``stop_of(await agent.run(...))`` says how the guard ended the run. See the README."""
 
 from __future__ import annotations
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from agent_framework import ChatResponse, ChatResponseUpdate, Content, FunctionTool, Message
 
 from repeat_hooks import ToolCall, kit
 
 FEEDS = (*kit.FEEDS, kit.Feed.ANSWERS, kit.Feed.WARNINGS)
-"""What the guard feeds the policy: each call's outcome, each model call and its text answer; and it hands the model
-the guard's notes after a result."""
+"""What the guard feeds the policy (outcomes, model calls and their text answers); it hands the model its notes."""
 
 
 def arguments_of(arguments: Any) -> Any:
@@ -31,10 +30,8 @@ def arguments_of(arguments: Any) -> Any:
 
 def tool_call(name: str, arguments: Any, call_id: str | None, tool: object = None) -> ToolCall:
     """The ``ToolCall`` of one function call: its name, arguments and id, and the effect hints ``tool`` (the
-    ``FunctionTool`` it names, if known) carries in MCP's spelling in its ``additional_properties``
-    (``{"readOnlyHint": True}``). Agent Framework 1.23 keeps no MCP annotations on the tools ``MCPStdioTool`` makes
-    (``_mcp.py:3118`` hands them only to a private load callback): put such tools in the policy's ``read_only`` /
-    ``destructive``."""
+    ``FunctionTool`` it names, if known) carries in its ``additional_properties``, in MCP's spelling (``{"readOnlyHint":
+    True}``; ``MCPStdioTool``'s tools carry none, ``_mcp.py:3118``)."""
     properties = getattr(tool, "additional_properties", None)
     return kit.tool_call(name, arguments_of(arguments), call_id=call_id, annotations=properties)
 
@@ -88,10 +85,8 @@ def answer_of(response: ChatResponse[Any]) -> str | None:
 def usage(response: ChatResponse[Any]) -> dict[str, int]:
     """The response's ``usage_details`` (``input_token_count``, ...) in the kit's spelling (``usage_tokens``)."""
     details: Mapping[str, Any] = response.usage_details or {}
-    return {ours: int(details.get(f"{theirs}_token_count") or 0) for ours, theirs in _USAGE}
-
-
-_USAGE = (("input_tokens", "input"), ("output_tokens", "output"), ("cache_read_tokens", "cache_read_input"))
+    pairs = (("input_tokens", "input"), ("output_tokens", "output"), ("cache_read_tokens", "cache_read_input"))
+    return {ours: int(details.get(f"{theirs}_token_count") or 0) for ours, theirs in pairs}
 
 
 def refusal_results(refused: Sequence[tuple[Content, str]]) -> Message:
@@ -104,11 +99,9 @@ def refusal_results(refused: Sequence[tuple[Content, str]]) -> Message:
 
 
 def noted(result: Any, note: str) -> Any:
-    """``result`` (what the function returned, as the function middleware holds it) with the guard's ``note`` after
-    it: a text item more, or the text with the note after it."""
-    if isinstance(result, list):
-        return [*result, Content.from_text(f"\n{note}")]  # the loop joins text items with a newline
-    return f"{result}\n\n{note}"
+    """``result`` (as the function middleware holds it) with the guard's ``note`` after it: a text item more (the
+    loop joins text items with a newline), or ``kit.noted``."""
+    return [*result, Content.from_text(f"\n{note}")] if isinstance(result, list) else kit.noted(str(result), note)
 
 
 def tools_of(options: Mapping[str, Any] | None) -> dict[str, FunctionTool]:
@@ -119,19 +112,14 @@ def tools_of(options: Mapping[str, Any] | None) -> dict[str, FunctionTool]:
 
 def reaches_middleware(name: str | None, tools: Mapping[str, FunctionTool]) -> bool:
     """Whether the function loop runs a call of ``name`` through function middleware: a tool it knows, needing no
-    approval, not declaration-only (``_tools.py:2608-2640``: an approval pauses the batch, an unknown name is
-    answered by the loop itself)."""
+    approval, not declaration-only (``_tools.py:2608-2640``: else it pauses the batch, or answers the call itself)."""
     tool = tools.get(name or "")
     return tool is not None and tool.approval_mode != "always_require" and not tool.declaration_only
 
 
 def updates_of(response: ChatResponse[Any]) -> list[ChatResponseUpdate]:
     """A response the guard changed as the updates a streamed run releases: one per message."""
-    return [
-        ChatResponseUpdate(
-            role=message.role,  # type: ignore[arg-type]  # a Message's role is one of the update's
-            contents=message.contents,
-            additional_properties=message.additional_properties,
-        )
-        for message in response.messages
+    return [  # a Message's role is one of the update's
+        ChatResponseUpdate(role=cast(Any, m.role), contents=m.contents, additional_properties=m.additional_properties)
+        for m in response.messages
     ]
