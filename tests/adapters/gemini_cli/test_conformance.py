@@ -51,7 +51,8 @@ _STOPPED_AT_A_REFUSAL = (
     "continue: false first and hands the call 'Agent execution stopped by hook: <stopReason>' instead of the refusal "
     "(the chat log, which a resumed session hands the model, holds 2 refusals, not 3). It should deny with the refusal "
     "alone and end the run at the BeforeModel that follows (fired before the next model call: no extra call, the "
-    "stop already in the turn's state)"
+    "stop already in the turn's state); but a stop at BeforeModel prints nothing in stream-json mode (measured), where "
+    "the user reads this one on stderr: a script would not see its run was ended. Kept until Gemini CLI shows it"
 )
 BUGS = {
     "seed_004_story": _STOPPED_AT_A_REFUSAL,
