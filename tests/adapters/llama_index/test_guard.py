@@ -4,10 +4,10 @@ see it, a stop that raises, tool errors, the guard's note, and a new run countin
 from __future__ import annotations
 
 import pytest
-from llama_index.core.agent.workflow import AgentOutput, FunctionAgent, ReActAgent
+from llama_index.core.agent.workflow import AgentOutput, AgentStream, FunctionAgent, ReActAgent
 from llama_index.core.tools import FunctionTool
 from llama_index.core.workflow import Context
-from repeat_hooks_llama_index import RepeatGuard, RepeatGuardStopped, StopReason, read_state, stop_of
+from repeat_hooks_llama_index import STOP_KEY, RepeatGuard, RepeatGuardStopped, StopReason, read_state, stop_of
 from repeat_hooks_llama_index.testing import Script, call, messages_of, tool_results
 
 from .conftest import REFUSAL, SEED_004, STOPPED, Carrier, looping_agent, read
@@ -53,6 +53,17 @@ async def test_a_streaming_agent_is_guarded_the_same(carrier: Carrier) -> None:
     assert carrier.calls == ["FR-7731"] * 2 and script.calls == 5
     assert output.response.content == STOPPED
     assert [e for e in streamed if isinstance(e, AgentOutput)][-1].response.content == STOPPED
+
+
+async def test_a_streamed_run_streams_the_stop_message_as_it_streams_an_answer(carrier: Carrier) -> None:
+    agent, _ = looping_agent(carrier, streaming=True)
+
+    handler = agent.run(user_msg="Keep checking FR-7731")
+    deltas = [event async for event in handler.stream_events() if isinstance(event, AgentStream)]
+    await handler
+
+    assert "".join(event.delta for event in deltas) == STOPPED  # what a UI rendering the deltas shows
+    assert deltas[-1].response == STOPPED and STOP_KEY in deltas[-1].raw and deltas[-1].current_agent_name == agent.name
 
 
 async def test_on_stop_raise_raises_out_of_the_handler(carrier: Carrier) -> None:

@@ -180,3 +180,79 @@ async def test_cost_prices_the_usage_the_provider_reports_and_the_budget_ends_th
 
     stop = stop_of(output)  # each response 0.0045 US dollars: the 3rd passes 0.01, and no 4th model call is made
     assert stop is not None and stop.reason is StopReason.COST and script.calls == 3
+
+
+TOOLS_OF_A_USER = '''
+{future}
+from typing import TYPE_CHECKING, Optional, Union
+
+from pydantic import BaseModel
+from llama_index.core.workflow import Context
+
+if TYPE_CHECKING:
+    import workflows as wf
+    from shop.models import Basket  # a name this module cannot resolve at run time
+
+
+class SearchContext(BaseModel):
+    topic: str
+
+
+async def search(query: str, search_context: SearchContext) -> str:
+    """Searches within a context the model fills in."""
+    return query
+
+
+async def fill(query: str, basket: "Basket") -> str:
+    """Fills the basket (its annotation cannot be resolved, and names no Context)."""
+    return query
+
+
+async def optional_ctx(ctx: Optional[Context], query: str) -> str:
+    """Takes the run's Context, maybe."""
+    return query
+
+
+async def union_ctx(query: str, ctx: Context | None = None) -> str:
+    """Takes the run's Context, maybe."""
+    return query
+
+
+async def unresolved_ctx(query: str, ctx: "Union[wf.Context, None]", basket: "Basket") -> str:
+    """Takes the run's Context, by a name that cannot be resolved."""
+    return query
+'''
+
+
+@pytest.mark.parametrize("future", ["", "from __future__ import annotations"], ids=["plain", "future"])
+def test_a_context_parameter_llamaindex_cannot_see_is_refused_and_a_lookalike_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, future: str
+) -> None:
+    name = f"user_tools_{bool(future)}"
+    (tmp_path / f"{name}.py").write_text(TOOLS_OF_A_USER.format(future=future))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    tools = __import__(name)
+    llm = Script().llm()
+
+    RepeatGuard().agent(FunctionAgent(llm=llm, tools=[tools.fill]))  # unresolvable, and no Context: guarded
+    (guarded,) = RepeatGuard().agent(FunctionAgent(llm=llm, tools=[tools.search])).tools or []
+    assert "search_context" in guarded.metadata.fn_schema.model_fields  # the model fills it in, as unguarded
+    # (in a plain module, LlamaIndex itself fails on `ctx: Optional[Context]`: no schema for Context)
+    for hidden in (tools.optional_ctx, tools.union_ctx, tools.unresolved_ctx) if future else (tools.unresolved_ctx,):
+        with pytest.raises(GuardSetupError, match=r"takes ctx: .*Context.*does not see as the run's Context"):
+            RepeatGuard().agent(FunctionAgent(llm=llm, tools=[hidden]))
+    sys.modules.pop(name, None)
+
+
+async def test_an_unwrapped_tool_of_the_users_named_handoff_is_caught(carrier: Carrier) -> None:
+    agent, script = looping_agent(carrier)
+
+    async def handoff(to_agent: str) -> str:
+        """The user's own handoff, not the workflow's."""
+        return "handed"
+
+    agent.tools = [*(agent.tools or []), FunctionTool.from_defaults(async_fn=handoff)]  # the mistake
+
+    with pytest.raises(GuardSetupError, match=r"does not wrap: handoff"):
+        await agent.run(user_msg="Where is FR-7731?")
+    assert script.calls == 0

@@ -1,7 +1,5 @@
-"""repeat-hooks for LlamaIndex (``llama-index-core`` 0.14): ``agent = RepeatGuard().agent(FunctionAgent(...))`` (or
-``guard.workflow(AgentWorkflow(...))``) guards the agent, its state in the run's ``Context`` store (carried by
-``Context.to_dict()``), or with ``store=`` in a shared ``StateStore``; ``stop_of(await handler)`` says how the guard
-ended the run, if it did. See the README."""
+"""repeat-hooks for LlamaIndex (``llama-index-core`` 0.14): ``RepeatGuard().agent(FunctionAgent(...))`` (or
+``.workflow(AgentWorkflow(...))``), its state in the run's ``Context`` store or ``store=``; ``stop_of(output)``."""
 
 from __future__ import annotations
 

@@ -3,14 +3,14 @@ as a ``ToolCall``, what the model reads of a ``ToolOutput``, whether it succeede
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from llama_index.core.tools import ToolOutput
+from llama_index.core.agent.workflow.multi_agent_workflow import handoff
+from llama_index.core.tools import AsyncBaseTool, FunctionTool, ToolOutput
 
-from repeat_hooks import ToolCall, kit
+from repeat_hooks import Policy, ToolCall, kit
+from repeat_hooks.call import call_key, digest_secret
 
 FEEDS = (*kit.FEEDS, kit.Feed.WARNINGS)
 """What the guard feeds the policy: each call's outcome, each model call; and it hands the model the guard's notes."""
@@ -18,18 +18,22 @@ HANDOFF = "handoff"
 """The tool ``AgentWorkflow`` adds to each agent (multi_agent_workflow.py:73,245): never wrapped, never counted."""
 
 
+def is_handoff(tool: AsyncBaseTool) -> bool:
+    """Whether ``tool`` is the workflow's own handoff tool (its ``handoff`` function), not a tool of that name."""
+    return isinstance(tool, FunctionTool) and tool.metadata.name == HANDOFF and tool.real_fn is handoff
+
+
 def tool_call(name: str, arguments: Mapping[str, Any] | None, call_id: str | None = None) -> ToolCall:
-    """The ``ToolCall`` of one call: its tool's name, keyword arguments and id (``None``/``""``: none). LlamaIndex's
-    ``ToolMetadata`` carries no MCP annotations (``McpToolSpec`` drops them, tools/mcp/base.py:163), so the effect
-    hints come from the policy's ``read_only`` / ``destructive`` settings."""
+    """The ``ToolCall`` of one call (``call_id`` ``None``/``""``: none). ``ToolMetadata`` has no MCP annotations
+    (``McpToolSpec`` drops them, tools/mcp/base.py:163): the policy's ``read_only`` / ``destructive`` decide."""
     return kit.tool_call(name, dict(arguments or {}), call_id=call_id or None)
 
 
-def arguments_key(arguments: Mapping[str, Any] | None) -> str:
-    """A digest of the arguments, to find a call of the batch again from its tool's keyword arguments (the run's
-    ``Context`` is saved with the conversation: it holds no argument value)."""
-    text = json.dumps(dict(arguments or {}), sort_keys=True, default=str)
-    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+def batch_key(name: str, arguments: Any, policy: Policy) -> str:
+    """The core's ``call_key`` of a call, keyed with the policy's ``digest_key`` (derived as ``Policy`` does,
+    ``digest_secret``): the batch in the saved ``Context`` cannot be tested for guesses of an argument without it."""
+    key = policy.digest_key
+    return call_key(name, arguments, key=b"" if key is None else digest_secret(key.get_secret_value()))
 
 
 def model_view(output: ToolOutput) -> str:
@@ -39,14 +43,12 @@ def model_view(output: ToolOutput) -> str:
 
 def succeeded(output: ToolOutput) -> bool:
     """Whether a ``ToolOutput`` reports success: not ``is_error`` (an exception, base_agent.py:375-388, or a tool
-    not found, :647-655), and no MCP ``isError`` in its raw output (``McpToolSpec`` hands the ``CallToolResult``
-    back as a value, which LlamaIndex does not read)."""
+    not found, :647-655), nor an MCP ``isError`` raw output (``McpToolSpec`` hands back the ``CallToolResult``)."""
     return not output.is_error and getattr(output.raw_output, "isError", None) is not True
 
 
 def usage_of(raw: Any) -> Any:
-    """The token usage of a model response's raw payload (``AgentOutput.raw``: the provider's response as a dict,
-    or its object), for ``cost=``; ``None`` when it reports none."""
+    """The token usage in a response's ``AgentOutput.raw`` (a dict or the provider's object); ``None``: none."""
     if isinstance(raw, Mapping):
         return raw.get("usage") or raw.get("usage_metadata")
     return getattr(raw, "usage", None)
