@@ -9,7 +9,7 @@ OWN_VENV := adapters/crewai/
 ADAPTERS := $(filter-out $(OWN_VENV),$(sort $(dir $(wildcard adapters/*/pyproject.toml))))
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-crewai test-af-mcp node-clis test-pythons test-adk-oldest mutate demo deploy-demo lint typecheck bench clean
+.PHONY: test test-crewai test-af-mcp node-clis test-pythons test-adk-oldest mutate demo examples deploy-demo lint typecheck bench clean
 
 $(STAMP): pyproject.toml $(wildcard adapters/*/pyproject.toml)
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found (Python >= 3.12 is needed); set PYTHON=..." >&2; exit 1; }
@@ -133,6 +133,12 @@ mutate: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python examples/parcel_tracker.py
+
+# Every SDK's parcel tracker, offline (a scripted model at its model seam): CrewAI's in its own venv.
+examples: $(STAMP) $(CREWAI)/.installed
+	for script in examples/*_parcel_tracker.py; do [ "$$script" = examples/crewai_parcel_tracker.py ] && continue; \
+		echo "== $$script"; $(BIN)/python $$script || exit 1; done
+	echo "== examples/crewai_parcel_tracker.py"; $(CREWAI)/bin/python examples/crewai_parcel_tracker.py
 
 deploy-demo: $(STAMP)
 	$(BIN)/python examples/deploy/run.py
