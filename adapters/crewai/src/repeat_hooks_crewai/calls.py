@@ -6,11 +6,13 @@ refusal must not feed (``utilities/agent_utils.py:1922``)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from repeat_hooks import ToolCall, kit
 
+Outcome = Callable[..., object]
+"""One call's outcome to record: ``outcome(state, turn_id=...)``."""
 FEEDS = (*kit.FEEDS, kit.Feed.ANSWERS, kit.Feed.WARNINGS)
 """What the guard feeds: outcomes, model calls, text answers; and it hands the model the guard's notes."""
 FAILED, NOT_FOUND = "Error executing tool: ", "Tool not found"
@@ -20,22 +22,27 @@ BLOCKED = "Tool execution blocked by hook. Tool: "
 """CrewAI's fixed text for a call a before-tool hook blocked (``agents/agent_executor.py:2237``)."""
 
 
-def response_calls(messages: list[Any]) -> tuple[int, list[tuple[str, Any]]]:
-    """The latest response's tool calls in ``executor.state.messages``: its index there and each call's ``(name,
-    arguments)``; ``(-1, [])`` if there is none."""
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
+def response_calls(messages: list[Any]) -> tuple[object, list[tuple[str, Any]]]:
+    """The latest response's tool calls in ``executor.state.messages``: its message there and each call's ``(name,
+    arguments)``, but for calls whose arguments CrewAI will not parse: it answers them itself, with no hook
+    (``parse_tool_call_args``, ``agents/agent_executor.py:2138``); ``(None, [])`` if there is none."""
+    for message in reversed(messages):
         if isinstance(message, Mapping) and message.get("role") == "assistant" and message.get("tool_calls"):
             functions = [call.get("function") or {} for call in message["tool_calls"]]
-            return index, [(str(f.get("name", "")), _arguments(f.get("arguments"))) for f in functions]
-    return -1, []
+            found = [(str(f.get("name", "")), _arguments(f.get("arguments"))) for f in functions]
+            return message, [(name, arguments) for name, arguments in found if arguments is not _UNPARSED]
+    return None, []
+
+
+_UNPARSED = object()
 
 
 def _arguments(raw: Any) -> Any:
+    """The arguments as CrewAI parses them (``utilities/agent_utils.py:1716``: JSON text, or as they are)."""
     try:
-        return (json.loads(raw) if raw.strip() else {}) if isinstance(raw, str) else raw if raw is not None else {}
+        return (json.loads(raw) if isinstance(raw, str) else raw) or {}  # as the hooks get them: agent_executor.py:2149
     except ValueError:
-        return raw
+        return _UNPARSED
 
 
 def tool_call(name: str, arguments: Any, tool: Any = None) -> ToolCall:

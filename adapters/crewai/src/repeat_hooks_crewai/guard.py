@@ -18,10 +18,10 @@ from crewai.agents.agent_executor import AgentExecutor
 from crewai.agents.parser import AgentFinish
 from crewai.flow.flow import Flow
 from crewai.flow.flow_context import current_flow_id
-from crewai.hooks.dispatch import InterceptionPoint, get_hooks, register, unregister
+from crewai.hooks.dispatch import HookAborted, InterceptionPoint, get_hooks, register, unregister
 from crewai.utilities.string_utils import sanitize_tool_name
 
-from repeat_hooks import GuardState, Policy, kit, observe
+from repeat_hooks import GuardState, Policy, ToolCall, kit, observe
 from repeat_hooks.stores import StateStore
 
 from . import calls
@@ -80,9 +80,9 @@ class RepeatGuard:
             policy, settings, owner=_OWNER, feeds=calls.FEEDS, why=why, error=GuardSetupError, **kit.common(locals())
         )
         self.policy: Policy = self.core.policy
-        self._targets: dict[int, weakref.ref[Any]] = {}
+        self._targets: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()  # by id: unhashable
         self._flows: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
-        self._adopted: dict[int, weakref.ref[Any]] = {}  # executors given the model-call hooks (bounded by them)
+        self._adopted: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()  # given the LLM hooks
         self._lock = threading.RLock()  # parallel calls run in a ThreadPoolExecutor (agent_executor.py:1978)
         self._local = threading.local()  # per thread: the calls between their before and after hooks
         self._parsed = kit.ParsedStates()
@@ -100,9 +100,8 @@ class RepeatGuard:
             raise GuardSetupError(
                 f"repeat-hooks: {_OWNER}.attach takes a Crew, an Agent or a Flow, not {type(target).__name__}"
             )
-        for hook in get_hooks(InterceptionPoint.PRE_TOOL_CALL):
-            other = getattr(hook, "__self__", None)
-            if isinstance(other, RepeatGuard) and id(target) in other._targets:
+        for other in _guards():
+            if other._guarded(target):
                 raise GuardSetupError(
                     f"repeat-hooks: this {type(target).__name__} is guarded already (by "
                     f"{'this' if other is self else 'another'} {_OWNER}): every call would be counted twice. "
@@ -116,20 +115,37 @@ class RepeatGuard:
             )
         if not self._registered:
             self._register(add=True)
-        self._targets[id(target)] = weakref.ref(target)
+        self._guard(target)
+        return self
+
+    def _guard(self, target: Any) -> None:
+        """Add ``target``; a crew's copies (``crew.copy()``: ``kickoff_for_each`` kicks off one per input, with new
+        ids and copied agents, ``crew.py:1123``) are guarded too, each with a book of its own."""
+        self._targets[id(target)] = target
         put_book(target)
         self._adopt(target)
-        return self
+        if hasattr(target, "kickoff_for_each") and "copy" not in vars(target):
+            copy = type(target).copy
+
+            def copied() -> Any:
+                made = copy(target)
+                if self._guarded(target):
+                    self._guard(made)
+                return made
+
+            object.__setattr__(target, "copy", copied)
 
     def detach(self) -> None:
         """Stop guarding: the hooks out of CrewAI's registries and of the executors given them."""
-        targets = [ref() for ref in self._targets.values()]
+        targets = list(self._targets.values())
         self._targets.clear()
         self._flows.clear()
         if self._registered:
             self._register(add=False)
-        executors = [ref() for ref in self._adopted.values()]
+        executors = [*self._adopted.values()]
         executors += [getattr(agent, "agent_executor", None) for target in targets for agent in _agents(target)]
+        for target in targets:
+            vars(target).pop("copy", None)
         self._adopted.clear()
         for hooks in (
             getattr(e, name, []) for e in executors for name in ("before_llm_call_hooks", "after_llm_call_hooks")
@@ -157,9 +173,7 @@ class RepeatGuard:
         for agent in _agents(target):
             executor = getattr(agent, "agent_executor", None)
             if isinstance(executor, AgentExecutor):
-                if len(self._adopted) >= 1024:  # bounded: the dead first
-                    self._adopted = {key: ref for key, ref in self._adopted.items() if ref() is not None}
-                self._adopted[id(executor)] = weakref.ref(executor)
+                self._adopted[id(executor)] = executor
                 for hooks, mine in (
                     (executor.before_llm_call_hooks, self._before_llm),
                     (executor.after_llm_call_hooks, self._after_llm),
@@ -167,8 +181,7 @@ class RepeatGuard:
                     hooks.extend([] if mine in hooks else [mine])
 
     def _guarded(self, thing: Any) -> bool:
-        ref = self._targets.get(id(thing)) if thing is not None else None
-        return ref is not None and ref() is thing
+        return thing is not None and self._targets.get(id(thing)) is thing
 
     # -- where a hook call belongs --------------------------------------------------------------------------
 
@@ -182,24 +195,35 @@ class RepeatGuard:
         return agent if self._guarded(agent) else None
 
     def _on_start(self, ctx: Any) -> None:
-        """Fires at ``EXECUTION_START``: a kickoff of a guarded crew, standalone agent (``ctx.flow`` is its executor)
-        or flow starts a turn, its id the caller's (``kit.request(turn_id=...)``) or fresh. Not a new turn: a crew
-        resumed from a checkpoint (``crews/utils.py:269``), a crew or agent inside a guarded flow, a human-feedback
-        round (no ``EXECUTION_START``: ``agents/agent_executor.py:3490``). Returns nothing."""
-        flow, crew = ctx.flow, ctx.crew
-        inside = self._flows.get(current_flow_id.get() or "")
-        if crew is not None and inside is not None:
+        """Fires at ``EXECUTION_START``: a kickoff of a guarded crew (or of a crew running a guarded agent), standalone
+        agent (``ctx.flow`` is its executor) or flow starts a turn, its id the caller's (``kit.request(turn_id=...)``)
+        or fresh; two guards on one run fail. Not a new turn: a crew resumed from a checkpoint (``crews/utils.py:269``),
+        a crew or agent inside a guarded flow, a human-feedback round (no ``EXECUTION_START``: :3490)."""
+        flow, crew, flow_id = ctx.flow, ctx.crew, current_flow_id.get() or ""
+        if crew is not None and self._flows.get(flow_id) is not None:
             self._adopt(crew)  # its agents' executors, built at an earlier kickoff, copied no hooks of this guard
-        owner = crew if self._guarded(crew) else None
-        if isinstance(flow, AgentExecutor):
-            owner = flow.agent if self._guarded(flow.agent) else None
-        elif flow is not None and self._guarded(flow):
-            owner = flow
+        agents = [flow.agent] if isinstance(flow, AgentExecutor) else _agents(crew)
+        if flow is None or isinstance(flow, AgentExecutor):
+            acting = [g for g in _guards() if g._flows.get(flow_id) is not None
+                      or g._guarded(crew) or any(g._guarded(agent) for agent in agents)]  # fmt: skip
+            if len(acting) > 1:
+                raise GuardSetupError(
+                    f"repeat-hooks: two {_OWNER}s guard this run (a flow and its crew, a crew and its agent): every "
+                    "call would be counted twice. Attach one guard, to the outermost (an agent used alone too: "
+                    "a guard of its own is fine, as long as no guard is on a crew running it)."
+                )
+        owners = [crew] if self._guarded(crew) else [agent for agent in agents if self._guarded(agent)]
+        if flow is not None and not isinstance(flow, AgentExecutor) and self._guarded(flow):
+            owners = [flow]
             for key in [key for key, known in self._flows.items() if known is flow]:  # one id per flow: bounded
                 del self._flows[key]
-            self._flows[current_flow_id.get() or ""] = flow
-        if owner is None or (owner is not flow and self._flows.get(current_flow_id.get() or "") is not None):
+            self._flows[flow_id] = flow
+        elif self._flows.get(flow_id) is not None:
             return
+        for owner in owners:  # an agent a crew runs: its turn starts at the crew's kickoff
+            self._start(owner, flow, crew)
+
+    def _start(self, owner: Any, flow: Any, crew: Any) -> None:
         book = put_book(owner)
         self._adopt(owner)
         resumed = crew is not None and getattr(crew, "checkpoint_kickoff_event_id", None) is not None
@@ -231,6 +255,7 @@ class RepeatGuard:
             seat.ahead = False
         else:
             with self._lock:
+                self._record(at, seat.ready(everything=True))
                 stop = self._apply(at, self.policy.decide_model_call, outage=self.core.ended)
             if stop is not None:
                 at.book.stops[at.role] = stop  # one per role, cleared at each turn
@@ -276,15 +301,16 @@ class RepeatGuard:
     def _claim(self, at: _At, ctx: Any) -> kit.Decided:
         seat = at.seat
         executor = seat.executor = seat.executor or getattr(ctx.agent, "agent_executor", None)
-        index, found = calls.response_calls(list(getattr(getattr(executor, "state", None), "messages", None) or ()))
-        if index >= 0 and (id(executor), index) != seat.response:
-            seat.response = (id(executor), index)
+        message, found = calls.response_calls(list(getattr(getattr(executor, "state", None), "messages", None) or ()))
+        if message is not None and message is not seat.response:
+            seat.response = message
             if self.core.records_model_calls:
                 self._model_call(at, None)
             batch = [calls.tool_call(name, arguments, _tool(executor, name)) for name, arguments in found]
             decisions = self._apply(at, self.policy.decide_tool_calls, batch, outage=[self.core.refused] * len(batch))
             seat.batch.decided(batch, decisions)
-            seat.pending = len(batch)
+            seat.pending, seat.recorded = len(batch), 0
+            seat.done.clear()
         entry = seat.batch.claim(ctx.tool_name, None, ctx.tool_input)
         if entry is None:  # not in the response (a hook of the user's changed it): decided alone
             call = calls.tool_call(ctx.tool_name, ctx.tool_input, ctx.tool)
@@ -305,28 +331,43 @@ class RepeatGuard:
         seat, entry = stack.pop()
         if isinstance(entry.tag, GuardSetupError):
             raise entry.tag
-        text: str | None = None
-        with self._lock:
-            if entry.refusal is not None:
-                text = entry.refusal.message
-                calls.uncount(seat.executor, ctx.tool_name, ctx.tool_input, text)
-            elif calls.blocked(ctx.tool_name, ctx.tool_result):
-                self._apply(at, self.policy.record_rejection, entry.call)
-            elif self.core.records_outcomes and not entry.settled:
-                result = ctx.tool_result
-                ok = self.core.ok(calls.succeeded(ctx.tool, result), result)
+        text = entry.refusal.message if entry.refusal is not None else None  # first: it stands if the rest fails
+        try:
+            with self._lock:
+                return self._settle(at, seat, entry, ctx) or text
+        except HookAborted:
+            raise
+        except Exception as error:  # CrewAI would swallow it, and hand the model its "blocked" text for a refusal
+            logger.error("repeat_hooks: %s's after-tool hook failed: %s: %s", _OWNER, type(error).__name__, error)
+            return text
 
-                def record(state: GuardState, *, turn_id: str | None) -> str | None:
-                    self.policy.record_tool_result(state, entry.call, ok=ok, result=result, turn_id=turn_id)
-                    return self.policy.warning(state, entry.call)
+    def _settle(self, at: _At, seat: Seat, entry: kit.Decided, ctx: Any) -> str | None:
+        """Records the outcome in the batch's order (``Seat.ready``); the result with the note, if any."""
+        call, result, outcome, ran = entry.call, ctx.tool_result, None, False
+        if entry.refusal is not None:
+            calls.uncount(seat.executor, ctx.tool_name, ctx.tool_input, entry.refusal.message)
+        elif calls.blocked(ctx.tool_name, result):
+            outcome = functools.partial(self.policy.record_rejection, call=call)
+        elif self.core.records_outcomes and not entry.settled:
+            ok = self.core.ok(calls.succeeded(ctx.tool, result), result)
+            outcome, ran = functools.partial(self.policy.record_tool_result, call=call, ok=ok, result=result), True
+        entry.settled = True
+        seat.pending -= 1
+        seat.done[id(entry)] = outcome
+        note = self._record(at, seat.ready(everything=seat.pending <= 0), call if ran and self.policy.warn else None)
+        if seat.pending <= 0:
+            self._decide_ahead(at, seat)
+        return kit.noted(str(result), note) if note is not None else None
 
-                note = self._apply(at, record)
-                text = kit.noted(str(result), note) if note is not None else None
-            entry.settled = True
-            seat.pending -= 1
-            if seat.pending <= 0:
-                self._decide_ahead(at, seat)
-        return text
+    def _record(self, at: _At, outcomes: list[calls.Outcome], warn: ToolCall | None = None) -> str | None:
+        """Record ``outcomes``; the note after ``warn``'s result (after its decision if not recorded yet)."""
+
+        def record(state: GuardState, *, turn_id: str | None) -> str | None:
+            for outcome in outcomes:
+                outcome(state, turn_id=turn_id)
+            return self.policy.warning(state, warn) if warn is not None else None
+
+        return self._apply(at, record) if outcomes or warn is not None else None
 
     def _decide_ahead(self, at: _At, seat: Seat) -> None:
         stop = self._apply(at, self.policy.decide_model_call, outage=self.core.ended)
@@ -350,15 +391,13 @@ class RepeatGuard:
         if owner is None:
             return None
         book, role = put_book(owner), str(getattr(ctx.agent, "role", None) or "agent")
-        where: str | BookSlot = f"{STATE_KEY}:{book.conversation}/{role}"
-        if self.core.store is None:
-            where = BookSlot(book, role, owner if isinstance(owner, Flow) else None, self._parsed)
+        where: str | BookSlot = BookSlot(book, role, owner if isinstance(owner, Flow) else None, self._parsed)
+        if self.core.store is not None:
+            where = self.core.key(f"{STATE_KEY}:{book.conversation}", role) or STATE_KEY
         return _At(book, role, book.seat(role, self.core.clock), where)
 
     def _stack(self) -> list[tuple[Seat, kit.Decided]]:
-        stack: list[tuple[Seat, kit.Decided]] | None = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
+        stack: list[tuple[Seat, kit.Decided]] = self._local.__dict__.setdefault("stack", [])
         return stack
 
 
@@ -370,6 +409,12 @@ class _At:
     role: str
     seat: Seat
     where: str | BookSlot
+
+
+def _guards() -> list[RepeatGuard]:
+    """The guards attached in this process (their hooks are in CrewAI's registries)."""
+    found = (getattr(hook, "__self__", None) for hook in get_hooks(InterceptionPoint.PRE_TOOL_CALL))
+    return [guard for guard in found if isinstance(guard, RepeatGuard)]
 
 
 def _agents(target: Any) -> list[Any]:

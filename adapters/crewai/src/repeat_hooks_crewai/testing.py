@@ -71,8 +71,9 @@ def keep_calling(name: str, arguments: Mapping[str, Any], parallel: int = 1) -> 
 
 class ScriptedLLM(BaseLLM):
     """A CrewAI ``BaseLLM`` that answers from a script (a testing aid): ``replies`` first, in order, then ``then``
-    makes each response (``None``: the model answers ``"Done."``). ``calls`` counts the model calls; ``requests``
-    keeps the conversation each received (``record_requests=False``: none, for benchmarks)."""
+    makes each response (``None``: the model answers ``"Done."``); ``model`` is ``"scripted"`` unless given.
+    ``calls`` counts the model calls; ``requests`` keeps the conversation each received (``record_requests=False``:
+    none, for benchmarks)."""
 
     model: str = "scripted"
     replies: list[Any] = Field(default_factory=list)
@@ -84,6 +85,9 @@ class ScriptedLLM(BaseLLM):
     """The names of the tools the latest call offered the model (as CrewAI named them: an MCP tool's name carries
     its server's)."""
     _ids: Any = PrivateAttr(default_factory=lambda: itertools.count(1))
+
+    def __init__(self, model: str = "scripted", **data: Any) -> None:
+        super().__init__(model=model, **data)  # CrewAI's BaseLLM requires a model name: "scripted" by default
 
     def get_input_tokens_count(self, messages: Any, tools: Any = None, response_model: Any = None) -> int:
         """A rough count (four characters a token), without CrewAI's warning for a model it does not know."""
