@@ -1,20 +1,27 @@
-"""The conformance kit's tools served to a coding CLI (``ToolServer``): a CLI's own tools are its own, so a driver
-gives the CLI a scenario's kit tools as the tools of an MCP server in the test process, which run ``ToolBox.run``
-there (the runs counted where ``check`` reads them). For the CLI drivers' tests (the Claude Code and Gemini CLI
-adapters' ``testing``); needs the ``mcp`` and ``uvicorn`` packages. Not for production."""
+"""The conformance kit on a coding CLI: a CLI's own tools are its own, so a driver gives the CLI a scenario's kit
+tools as the tools of an MCP server in the test process (``ToolServer``), which run ``ToolBox.run`` there (the runs
+counted where ``check`` reads them); the scenario's policy as the hook command's settings (``named_settings``); and
+what the CLI drivers do alike (``CommandDriver``). For the Claude Code and Gemini CLI adapters' ``testing``; needs the
+``mcp`` and ``uvicorn`` packages. Not for production."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import socket
+import tempfile
 import threading
 import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic_core import to_jsonable_python
 
-from .conformance import Tool, ToolBox, ToolFailed
+from ..stores import StateStore
+from .conformance import Scenario, Tool, ToolBox, ToolFailed, TurnOutcome
+from .sandbox import Home, resident_folder
 
 S = TypeVar("S", bound="ToolServer")
 
@@ -89,3 +96,76 @@ class ToolServer:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._socket.close()
+
+
+def named_settings(scenario: Scenario, name: Callable[[str], str]) -> dict[str, Any]:
+    """The scenario's policy as a hook command's settings file holds it: ``Scenario.settings`` with its tool names (in
+    ``limits``, ``exempt``, ``read_only``, ``destructive``) spelt as the CLI names the kit's tools (``name``), sets as
+    lists (JSON)."""
+    from ..policy import Policy
+
+    settings = dict(scenario.settings)
+    for field in ("exempt", "read_only", "destructive"):
+        if field in settings:
+            settings[field] = sorted(name(tool) for tool in settings[field])
+    if "limits" in settings:
+        settings["limits"] = {name(tool): limit for tool, limit in settings["limits"].items()}
+    Policy(**{**scenario.settings})  # the scenario's own spelling must be a policy
+    return settings
+
+
+class CommandDriver:
+    """What a coding CLI's conformance driver does alike (Claude Code's, Gemini CLI's): ``run`` a scenario in one
+    session of a fresh isolated user (``home_type``) whose hook calls a resident server answers, and ``run_turn`` its
+    first turn for ``run_retried``, the states in the retry's ``SQLiteStore`` file, the session's id made from the
+    conversation's, the CLI's home beside the box's shared file (so that a retry's processes share the session), every
+    hook call in its own process (a resident server would outlive a crashed process). A driver writes ``run_in`` (one
+    session, ``resume``: it exists already) and ``known`` (whether a session of that id exists in a home)."""
+
+    home_type: type[Home] = Home
+    prefix = "rh-cli-"
+    """The prefix of a run's temporary folder."""
+    crashes = False
+    """The CLI dies with this process (``run_turn``: a retry's first process dies mid-turn)."""
+
+    def run_in(
+        self,
+        scenario: Scenario,
+        box: ToolBox,
+        home: Any,
+        session: str,
+        *,
+        resume: bool,
+        state: Path | None = None,
+        turns: int | None = None,
+    ) -> list[TurnOutcome]:
+        """``run`` in ``home``, session ``session`` (``resume``: it exists), the states in ``state`` (``None``: the
+        hook command's default), the first ``turns`` turns (``None``: all)."""
+        raise NotImplementedError(f"{type(self).__name__}.run_in")
+
+    def known(self, home: Any, session: str) -> bool:
+        """Whether ``home`` holds session ``session`` already (a retry resumes it)."""
+        raise NotImplementedError(f"{type(self).__name__}.known")
+
+    def run(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
+        """Run every turn of ``scenario`` in one session (a CLI run per turn); one outcome per turn."""
+        with tempfile.TemporaryDirectory(prefix=self.prefix) as root, resident_folder() as sockets:
+            home = self.home_type(root, resident=sockets)
+            return self.run_in(scenario, box, home, str(uuid.uuid4()), resume=False)
+
+    def run_turn(
+        self, scenario: Scenario, box: ToolBox, *, store: StateStore, conversation_id: str, turn_id: str
+    ) -> TurnOutcome:
+        """The first turn of ``scenario``, its states in ``store`` (a ``SQLiteStore``: the hook command's ``state``
+        file), the conversation a session of the CLI (its id a UUID made from ``conversation_id``, resumed if it
+        exists). ``turn_id`` cannot be given: the CLIs name every prompt anew, or none."""
+        where = getattr(store, "path", None)
+        if where is None:
+            raise TypeError(f"the hook command keeps its states in a SQLite file: a SQLiteStore, not {store!r}")
+        shared = getattr(box, "path", None)
+        folder = Path(shared).parent if shared is not None else Path(tempfile.mkdtemp(prefix=self.prefix))
+        home = self.home_type(folder / "home")
+        session = str(uuid.uuid5(uuid.NAMESPACE_URL, f"repeat-hooks:{conversation_id}"))
+        self.crashes = True
+        resume = self.known(home, session)
+        return self.run_in(scenario, box, home, session, resume=resume, state=Path(where), turns=1)[0]

@@ -29,13 +29,11 @@ import re
 import shlex
 import subprocess
 import sys
-import tempfile
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from repeat_hooks import Policy, StateStore, StopReason
+from repeat_hooks import StopReason
 from repeat_hooks.kit import noted, sandbox
 from repeat_hooks.kit.conformance import (
     FINAL,
@@ -46,7 +44,7 @@ from repeat_hooks.kit.conformance import (
     TurnOutcome,
 )
 from repeat_hooks.kit.fake_messages import MODEL, FakeMessagesAPI, Reply, messages_text, offline_env, tool_use
-from repeat_hooks.kit.tool_server import NAME, ToolServer
+from repeat_hooks.kit.tool_server import NAME, CommandDriver, ToolServer, named_settings
 
 from .guard import settings_file
 from .state import stop_of
@@ -162,14 +160,7 @@ def claude_settings(scenario: Scenario) -> dict[str, Any]:
     """The scenario's policy as the hook command's settings file holds it: ``Scenario.settings`` with its tool names
     (in ``limits``, ``exempt``, ``read_only``, ``destructive``) spelt as Claude Code names the kit's tools, sets as
     lists (JSON)."""
-    settings = dict(scenario.settings)
-    for name in ("exempt", "read_only", "destructive"):
-        if name in settings:
-            settings[name] = sorted(claude_name(tool) for tool in settings[name])
-    if "limits" in settings:
-        settings["limits"] = {claude_name(tool): limit for tool, limit in settings["limits"].items()}
-    Policy(**{**scenario.settings})  # the scenario's own spelling must be a policy
-    return settings
+    return named_settings(scenario, claude_name)
 
 
 UNSUPPORTED: dict[str, str] = {}
@@ -260,7 +251,7 @@ class KitServer(ToolServer):
         self.server.add_tool(approve, name=APPROVE, description="The human who approves calls.")
 
 
-class Driver:
+class Driver(CommandDriver):
     """Runs a ``repeat_hooks.kit.conformance`` scenario on the real Claude Code CLI with the hook command installed
     (the kit's ``Driver`` for this adapter).
 
@@ -292,34 +283,13 @@ class Driver:
         """The last run's fake model (its ``requests``)."""
         self.runs: list[Run] = []
         """The last run's CLI runs, one per turn."""
-        self.crashes = False
-        """The CLI dies with this process (``run_turn``: a retry's first process dies mid-turn)."""
 
-    def run(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
-        """Run every turn of ``scenario`` in one session (a ``claude -p`` per turn); one outcome per turn."""
-        with tempfile.TemporaryDirectory(prefix="rh-cc-") as root, sandbox.resident_folder() as sockets:
-            home = Home(root, resident=sockets)
-            return self.run_in(scenario, box, home, str(uuid.uuid4()), resume=False)
+    home_type = Home
+    prefix = "rh-cc-"
 
-    def run_turn(
-        self, scenario: Scenario, box: ToolBox, *, store: StateStore, conversation_id: str, turn_id: str
-    ) -> TurnOutcome:
-        """The first turn of ``scenario``, its states in ``store`` (a ``SQLiteStore``: the hook command's ``state``
-        file), the conversation a Claude Code session (its id a UUID made from ``conversation_id``: started with
-        ``--session-id``, or ``--resume``-d if its transcript exists). ``turn_id`` cannot be given: Claude Code names
-        every prompt anew (``prompt_id``), and the hook command takes the turn's id from it. The CLI's home is beside
-        the ``box``'s shared file (``SharedToolBox.path``), so that the processes of a retry share the session's
-        transcript; every hook call in its own process (a resident server would outlive a crashed process)."""
-        where = getattr(store, "path", None)
-        if where is None:
-            raise TypeError(f"the hook command keeps its states in a SQLite file: a SQLiteStore, not {store!r}")
-        shared = getattr(box, "path", None)
-        folder = Path(shared).parent if shared is not None else Path(tempfile.mkdtemp(prefix="rh-cc-"))
-        home = Home(folder / "home")
-        session = str(uuid.uuid5(uuid.NAMESPACE_URL, f"repeat-hooks:{conversation_id}"))
-        known = any((home.config / "projects").glob(f"*/{session}.jsonl"))
-        self.crashes = True
-        return self.run_in(scenario, box, home, session, resume=known, state=Path(where), turns=1)[0]
+    def known(self, home: Home, session: str) -> bool:
+        """Whether ``home`` holds session ``session`` already."""
+        return any((home.config / "projects").glob(f"*/{session}.jsonl"))
 
     def run_in(
         self,

@@ -28,17 +28,15 @@ import re
 import shlex
 import subprocess
 import sys
-import tempfile
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from repeat_hooks import Policy, StateStore, StopReason
+from repeat_hooks import StopReason
 from repeat_hooks.kit import noted, sandbox
 from repeat_hooks.kit.conformance import FINAL, STOPPED, Cursor, Scenario, ToolBox, TurnOutcome
 from repeat_hooks.kit.fake_models import FakeGeminiAPI, Reply, call, gemini_responses, node_cli
-from repeat_hooks.kit.tool_server import NAME, ToolServer
+from repeat_hooks.kit.tool_server import NAME, CommandDriver, ToolServer, named_settings
 
 from .guard import settings_file
 from .state import stop_of
@@ -202,14 +200,7 @@ def gemini_settings(scenario: Scenario) -> dict[str, Any]:
     """The scenario's policy as the hook command's settings file holds it: ``Scenario.settings`` with its tool names
     (in ``limits``, ``exempt``, ``read_only``, ``destructive``) spelt as Gemini CLI names the kit's tools, sets as
     lists (JSON)."""
-    settings = dict(scenario.settings)
-    for name in ("exempt", "read_only", "destructive"):
-        if name in settings:
-            settings[name] = sorted(gemini_name(tool) for tool in settings[name])
-    if "limits" in settings:
-        settings["limits"] = {gemini_name(tool): limit for tool, limit in settings["limits"].items()}
-    Policy(**{**scenario.settings})  # the scenario's own spelling must be a policy
-    return settings
+    return named_settings(scenario, gemini_name)
 
 
 def response_text(response: Any) -> str:
@@ -261,7 +252,7 @@ def kit_results(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     return seen
 
 
-class Driver:
+class Driver(CommandDriver):
     """Runs a ``repeat_hooks.kit.conformance`` scenario on the real Gemini CLI with the hook command installed (the
     kit's ``Driver`` for this adapter).
 
@@ -293,34 +284,13 @@ class Driver:
         """The last run's fake model (its ``requests``)."""
         self.runs: list[sandbox.Run] = []
         """The last run's CLI runs, one per turn (``lines`` empty: text output)."""
-        self.crashes = False
-        """The CLI dies with this process (``run_turn``: a retry's first process dies mid-turn)."""
 
-    def run(self, scenario: Scenario, box: ToolBox) -> list[TurnOutcome]:
-        """Run every turn of ``scenario`` in one session (a ``gemini -p`` per turn); one outcome per turn."""
-        with tempfile.TemporaryDirectory(prefix="rh-gm-") as root, sandbox.resident_folder() as sockets:
-            home = Home(root, resident=sockets)
-            return self.run_in(scenario, box, home, str(uuid.uuid4()), resume=False)
+    home_type = Home
+    prefix = "rh-gm-"
 
-    def run_turn(
-        self, scenario: Scenario, box: ToolBox, *, store: StateStore, conversation_id: str, turn_id: str
-    ) -> TurnOutcome:
-        """The first turn of ``scenario``, its states in ``store`` (a ``SQLiteStore``: the hook command's ``state``
-        file), the conversation a Gemini CLI session (its id a UUID made from ``conversation_id``: started with
-        ``--session-id``, or ``--resume``-d if its chat log exists). ``turn_id`` cannot be given: Gemini CLI names no
-        turn, and the hook command starts one at every ``BeforeAgent``. The CLI's home is beside the ``box``'s shared
-        file (``SharedToolBox.path``), so that the processes of a retry share the session's chat log; every hook call in
-        its own process (a resident server would outlive a crashed process)."""
-        where = getattr(store, "path", None)
-        if where is None:
-            raise TypeError(f"the hook command keeps its states in a SQLite file: a SQLiteStore, not {store!r}")
-        shared = getattr(box, "path", None)
-        folder = Path(shared).parent if shared is not None else Path(tempfile.mkdtemp(prefix="rh-gm-"))
-        home = Home(folder / "home")
-        session = str(uuid.uuid5(uuid.NAMESPACE_URL, f"repeat-hooks:{conversation_id}"))
-        known = bool(chat_log(home, session))
-        self.crashes = True
-        return self.run_in(scenario, box, home, session, resume=known, state=Path(where), turns=1)[0]
+    def known(self, home: Home, session: str) -> bool:
+        """Whether ``home`` holds session ``session`` already."""
+        return bool(chat_log(home, session))
 
     def run_in(
         self,
