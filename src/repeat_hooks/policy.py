@@ -373,6 +373,19 @@ class Policy(WholeModel):
         warnings.warn("Policy.withdraw_tool_call is deprecated: use Policy.record_rejection", DeprecationWarning, 2)
         self.record_rejection(state, call, turn_id=turn_id)
 
+    def key_of(self, call: ToolCall) -> str:
+        """The digest this policy counts ``call`` under (its ``match`` and ``ignore_arguments`` applied, keyed with its
+        ``digest_key``): two calls it counts as one have the same key. For an adapter that must find a call again in
+        what it keeps beside the SDK (never its arguments)."""
+        return self._key(call)
+
+    def decided(self, state: GuardState, call: ToolCall, *, turn_id: str | None = None) -> bool:
+        """Whether ``call``'s id was decided in the current model response (a later delivery of it would get that
+        decision, counted once): ``False`` for a call without an id."""
+        turn = state.turn if turn_id is None or turn_id == state.turn.id else None
+        scoped = None if turn is None else _scoped(turn, call.call_id)
+        return scoped is not None and scoped in state.deliveries
+
     def decide_model_call(self, state: GuardState, *, turn_id: str | None = None) -> Stop | None:
         """Before a model call: ``None`` lets it happen; a ``Stop`` ends the turn with its final message.
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import repeat_hooks
-from repeat_hooks import _moved
+from repeat_hooks import GuardState, Policy, ToolCall, _moved
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "src" / "repeat_hooks"
@@ -246,3 +246,18 @@ def test_the_stores_wing_imports_its_embedded_and_shared_stores_when_first_asked
         assert getattr(stores, name) is store and vars(stores)[name] is store
     with pytest.raises(AttributeError, match=r"^module 'repeat_hooks\.stores' has no attribute 'SqliteStore'$"):
         stores.SqliteStore  # noqa: B018
+
+
+def test_an_adapter_asks_whether_a_call_was_decided_and_under_which_key() -> None:
+    policy, state = Policy(ignore_arguments={"trace"}, digest_key=b"k" * 32), GuardState()
+    policy.start_turn(state)
+    call = ToolCall("track", {"n": 1, "trace": "a"}, call_id="c1")
+    assert not policy.decided(state, call)
+    assert policy.decide_tool_call(state, call) is None
+    assert policy.decided(state, call) and not policy.decided(state, ToolCall("track", {"n": 1}))  # no id: never
+    assert not policy.decided(state, call, turn_id="another turn")
+    policy.decide_model_call(state)  # the next response: that id is another call's now
+    assert not policy.decided(state, call)
+    same = policy.key_of(ToolCall("track", {"n": 1, "trace": "b"}))
+    assert same == policy.key_of(call) != Policy(digest_key=b"j" * 32).key_of(call)  # settings and key applied
+    assert len(same) == 32

@@ -444,9 +444,8 @@ def _unasked(policy: Policy, state: GuardState, step: Responded, turn_id: str | 
         return []
     notes = []
     for ran in step.unasked:
-        turn = state.turn
-        if ran.call.call_id and f"{ran.call.call_id}@{turn.number}.{turn.responses}" in state.deliveries:
-            continue  # decided at its own event (the core keeps a call's id scoped to its response)
+        if policy.decided(state, ran.call, turn_id=turn_id):
+            continue  # decided at its own event
         refusal = policy.decide_tool_call(state, ran.call, turn_id=turn_id)
         if refusal is None:
             policy.record_tool_result(state, ran.call, ok=ran.ok, result=ran.result, turn_id=turn_id)

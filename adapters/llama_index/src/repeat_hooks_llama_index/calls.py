@@ -10,7 +10,6 @@ from llama_index.core.agent.workflow.multi_agent_workflow import handoff
 from llama_index.core.tools import AsyncBaseTool, FunctionTool, ToolOutput
 
 from repeat_hooks import Policy, ToolCall, kit
-from repeat_hooks.call import call_key, digest_secret
 
 FEEDS = (*kit.FEEDS, kit.Feed.WARNINGS)
 """What the guard feeds the policy: each call's outcome, each model call; and it hands the model the guard's notes."""
@@ -30,10 +29,9 @@ def tool_call(name: str, arguments: Mapping[str, Any] | None, call_id: str | Non
 
 
 def batch_key(name: str, arguments: Any, policy: Policy) -> str:
-    """The core's ``call_key`` of a call, keyed with the policy's ``digest_key`` (derived as ``Policy`` does,
-    ``digest_secret``): the batch in the saved ``Context`` cannot be tested for guesses of an argument without it."""
-    key = policy.digest_key
-    return call_key(name, arguments, key=b"" if key is None else digest_secret(key.get_secret_value()))
+    """The call's key as the policy counts it (``Policy.key_of``, keyed with its ``digest_key``): the batch in the saved
+    ``Context`` cannot be tested for guesses of an argument without it."""
+    return policy.key_of(ToolCall(name, arguments))
 
 
 def model_view(output: ToolOutput) -> str:
