@@ -245,10 +245,10 @@ def test_the_adapters_runtime_code_stays_small_in_all() -> None:
     # 4,997 at issue 25's close; issue 27's features added each SDK's own translation (5,749); issue 29's Claude Code
     # hook command 417 with its transcript reader (its process, settings, store and install are the kit's:
     # repeat_hooks.kit.command, .install); Gemini CLI's hook command 299 and Codex's 234 (each its events and answers);
-    # issue 30's three SDKs, each about 600 asked (Agent Framework 594, LlamaIndex 599; CrewAI 715: attach and detach
-    # on process-global hook registries, its own turn ids, the executor, a call's two hooks tied without a call id, a
-    # response's outcomes recorded in its order, guarded copies for kickoff_for_each); Claude Code's Stop and its calls
-    # answered by the CLI itself (425)
+    # issue 30's three SDKs, each about 600 asked (Agent Framework 594, LlamaIndex 599; CrewAI 679: attach and detach
+    # on process-global hook registries, its own turn ids, the executor, a call's two hooks tied without a call id,
+    # guarded copies for kickoff_for_each; a response's outcomes in order are kit.Batch.in_order); Claude Code's Stop
+    # and its calls answered by the CLI itself (425)
     assert total <= 8_600
 
 

@@ -444,6 +444,22 @@ def test_a_stop_wrapped_by_an_sdk_is_found_in_the_chain_and_empty_stores_are_sto
     assert bool(MemoryStore()) and bool(SQLiteStore(tmp_path / "s.db"))  # `store or default` keeps an empty one
 
 
+def test_a_batch_hands_out_outcomes_in_the_responses_order_whatever_order_its_calls_finish_in() -> None:
+    from repeat_hooks.kit import Batch
+
+    batch = Batch()
+    first, second, third = batch.decided([ToolCall("track", {"n": n}) for n in range(3)], [None] * 3)
+    second.outcome, second.settled = "b", True  # parallel calls: the second finished first
+    assert batch.in_order() == [] and not batch.over  # the first still runs: nothing may be recorded before it
+    first.outcome, first.settled = "a", True
+    assert batch.in_order() == ["a", "b"] and batch.in_order() == []  # each once
+    assert batch.in_order(everything=True) == [] and not batch.over  # the third has no outcome (None): left out
+    third.settled = True
+    assert batch.over
+    batch.decided([ToolCall("track", {})], [None])[0].outcome = "c"  # a new response starts over
+    assert batch.in_order() == [] and batch.in_order(everything=True) == ["c"]
+
+
 def test_a_batch_find_reads_a_decision_without_taking_it() -> None:
     from repeat_hooks.kit import Batch
 

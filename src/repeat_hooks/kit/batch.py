@@ -39,6 +39,8 @@ class Decided:
     """Its outcome was recorded (or it was withdrawn)."""
     model_id: str | None = None
     """The id the model gave it (``call.call_id`` may tell a reused id apart by position)."""
+    outcome: Any = None
+    """What to record for it once it is settled, for ``Batch.in_order`` (an adapter's own callable, or ``None``)."""
 
 
 class Batch:
@@ -46,6 +48,7 @@ class Batch:
 
     def __init__(self) -> None:
         self.calls: list[Decided] = []
+        self._ordered = 0  # how many of ``calls`` ``in_order`` handed out
 
     def decided(
         self,
@@ -68,6 +71,7 @@ class Batch:
             )
             for index, (call, ident, refusal) in enumerate(zip(calls, ids, refusals, strict=True))
         ]
+        self._ordered = 0
         return self.calls
 
     def add(self, call: ToolCall, refusal: Refusal | None, *, given: object = None, tag: Any = None) -> Decided:
@@ -104,7 +108,22 @@ class Batch:
 
     def clear(self) -> None:
         """The response is over: nothing of it is pending."""
-        self.calls = []
+        self.calls, self._ordered = [], 0
+
+    @property
+    def over(self) -> bool:
+        """Every call of the response is settled."""
+        return all(entry.settled for entry in self.calls)
+
+    def in_order(self, *, everything: bool = False) -> list[Any]:
+        """The ``outcome``s to record now, in the response's order, for an SDK that runs a response's calls in
+        parallel (they finish in any order, and the core's cycle rule reads the order): those of settled calls no
+        unsettled call precedes, each once; ``everything``: the rest too (the response is over). ``None``s left out."""
+        ready, calls = [], self.calls
+        while self._ordered < len(calls) and (everything or calls[self._ordered].settled):
+            ready += [] if calls[self._ordered].outcome is None else [calls[self._ordered].outcome]
+            self._ordered += 1
+        return ready
 
     def _find(self, name: str, call_id: str | None, arguments: Any, given: object, eligible: Any) -> Decided | None:
         calls = [entry for entry in self.calls if eligible(entry)]

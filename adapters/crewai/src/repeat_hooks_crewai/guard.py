@@ -12,7 +12,7 @@ import uuid
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from crewai.agents.agent_executor import AgentExecutor
 from crewai.agents.parser import AgentFinish
@@ -25,28 +25,12 @@ from repeat_hooks import GuardState, Policy, ToolCall, kit, observe
 from repeat_hooks.stores import StateStore
 
 from . import calls
-from .state import STATE_KEY, Book, BookSlot, GuardSetupError, RepeatGuardStopped, Seat, book_of, flow_states, put_book
+from .state import STATE_KEY, Book, BookSlot, GuardSetupError, RepeatGuardStopped, Seat, flow_states, put_book
 
 __all__ = ["GuardSetupError", "RepeatGuard", "RepeatGuardStopped"]
 
 _OWNER = "RepeatGuard"
 logger = logging.getLogger("repeat_hooks")
-_Hook = TypeVar("_Hook", bound=Callable[[Any, Any], Any])
-
-
-def _scoped(hook: _Hook) -> _Hook:
-    """Runs a hook in ``core.scope(...)``, naming the conversation and the agent (its role) for the observers."""
-
-    @functools.wraps(hook)
-    def scoped(self: RepeatGuard, ctx: Any) -> Any:
-        if not observe.OBSERVERS:
-            return hook(self, ctx)
-        owner = self._owner(ctx.agent, ctx.crew)
-        book = book_of(owner) if owner is not None else None
-        with self.core.scope(book.conversation if book else None, getattr(ctx.agent, "role", None)):
-            return hook(self, ctx)
-
-    return scoped  # type: ignore[return-value]
 
 
 class RepeatGuard:
@@ -238,24 +222,21 @@ class RepeatGuard:
 
     # -- the model calls ------------------------------------------------------------------------------------
 
-    @_scoped
     def _before_llm(self, ctx: Any) -> None:
-        """Fires before each model call of a guarded agent: remembers its executor, checks the policy's tool names at
-        the first, and decides the call unless the batch before it did. A stop raises ``RepeatGuardStopped``
+        """Fires before each model call of a guarded agent: remembers its executor, checks the policy's tool names
+        (once for a set), and decides the call unless the batch before it did. A stop raises ``RepeatGuardStopped``
         (``False`` would be retried with the whole task: ``utilities/agent_utils.py:496``). Returns ``None``."""
         at = self._find(ctx)
         if at is None:
             return None
         seat = at.seat
         seat.executor = ctx.executor
-        if not seat.tools_checked:
-            self.core.check_tool_names({sanitize_tool_name(t.name) for t in ctx.executor.original_tools or ()})
-            seat.tools_checked = True
+        self.core.check_tool_names({sanitize_tool_name(t.name) for t in ctx.executor.original_tools or ()})
         if seat.ahead:
             seat.ahead = False
         else:
             with self._lock:
-                self._record(at, seat.ready(everything=True))
+                self._record(at, seat.batch.in_order(everything=True))
                 stop = self._apply(at, self.policy.decide_model_call, outage=self.core.ended)
             if stop is not None:
                 at.book.stops[at.role] = stop  # one per role, cleared at each turn
@@ -263,7 +244,6 @@ class RepeatGuard:
         seat.watch.start()
         return None
 
-    @_scoped
     def _after_llm(self, ctx: Any) -> None:
         """Fires after a model call that answered with text (not after tool calls): counts it, with its seconds and
         answer. Returns ``None`` (the answer stands)."""
@@ -277,7 +257,6 @@ class RepeatGuard:
 
     # -- the tool calls -------------------------------------------------------------------------------------
 
-    @_scoped
     def _before_tool(self, ctx: Any) -> bool | None:
         """Fires before each tool call of a guarded agent, on its thread: the first call of a response decides all its
         calls as one batch (all in the history already: ``agents/agent_executor.py:1964``). Returns ``False`` for a
@@ -309,16 +288,12 @@ class RepeatGuard:
             batch = [calls.tool_call(name, arguments, _tool(executor, name)) for name, arguments in found]
             decisions = self._apply(at, self.policy.decide_tool_calls, batch, outage=[self.core.refused] * len(batch))
             seat.batch.decided(batch, decisions)
-            seat.pending, seat.recorded = len(batch), 0
-            seat.done.clear()
         entry = seat.batch.claim(ctx.tool_name, None, ctx.tool_input)
         if entry is None:  # not in the response (a hook of the user's changed it): decided alone
             call = calls.tool_call(ctx.tool_name, ctx.tool_input, ctx.tool)
             entry = seat.batch.add(call, self._apply(at, self.policy.decide_tool_call, call, outage=self.core.refused))
-            seat.pending += 1
         return entry
 
-    @_scoped
     def _after_tool(self, ctx: Any) -> str | None:
         """Fires after each tool call of a guarded agent, blocked ones too (``agents/agent_executor.py:2308``): returns
         the refusal (replacing CrewAI's "blocked" text) or the result with the guard's note, else ``None``; records the
@@ -342,20 +317,20 @@ class RepeatGuard:
             return text
 
     def _settle(self, at: _At, seat: Seat, entry: kit.Decided, ctx: Any) -> str | None:
-        """Records the outcome in the batch's order (``Seat.ready``); the result with the note, if any."""
-        call, result, outcome, ran = entry.call, ctx.tool_result, None, False
+        """Records the outcome in the batch's order (``Batch.in_order``); the result with the note, if any."""
+        call, result, ran = entry.call, ctx.tool_result, False
         if entry.refusal is not None:
             calls.uncount(seat.executor, ctx.tool_name, ctx.tool_input, entry.refusal.message)
         elif calls.blocked(ctx.tool_name, result):
-            outcome = functools.partial(self.policy.record_rejection, call=call)
+            entry.outcome = functools.partial(self.policy.record_rejection, call=call)
         elif self.core.records_outcomes and not entry.settled:
             ok = self.core.ok(calls.succeeded(ctx.tool, result), result)
-            outcome, ran = functools.partial(self.policy.record_tool_result, call=call, ok=ok, result=result), True
+            entry.outcome = functools.partial(self.policy.record_tool_result, call=call, ok=ok, result=result)
+            ran = True
         entry.settled = True
-        seat.pending -= 1
-        seat.done[id(entry)] = outcome
-        note = self._record(at, seat.ready(everything=seat.pending <= 0), call if ran and self.policy.warn else None)
-        if seat.pending <= 0:
+        over = seat.batch.over
+        note = self._record(at, seat.batch.in_order(everything=over), call if ran and self.policy.warn else None)
+        if over:
             self._decide_ahead(at, seat)
         return kit.noted(str(result), note) if note is not None else None
 
@@ -384,7 +359,14 @@ class RepeatGuard:
     def _apply(self, at: _At, verb: Callable[..., Any], *args: Any, outage: Any = None, **kwargs: Any) -> Any:
         """One verb of the policy on the agent's state, in the turn of the guarded object's kickoff."""
         turn = at.book.turn_id
-        return self.core.update_now(at.where, lambda state: verb(state, *args, turn_id=turn, **kwargs), outage=outage)
+
+        def change(state: GuardState) -> Any:
+            return verb(state, *args, turn_id=turn, **kwargs)
+
+        if not observe.OBSERVERS:
+            return self.core.update_now(at.where, change, outage=outage)
+        with self.core.scope(at.book.conversation, at.role):  # the observers' conversation and agent
+            return self.core.update_now(at.where, change, outage=outage)
 
     def _find(self, ctx: Any) -> _At | None:
         owner = self._owner(ctx.agent, ctx.crew)

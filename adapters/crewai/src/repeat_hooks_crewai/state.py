@@ -14,8 +14,6 @@ from crewai.hooks.dispatch import HookAborted
 import repeat_hooks
 from repeat_hooks import GuardState, Stop, kit
 
-from .calls import Outcome
-
 STATE_KEY = "repeat_hooks"
 """The flow state's field (or key, for a dict state) holding the guard's states: ``{role: GuardState JSON}``; and the
 attribute of the ``Book`` on a guarded object."""
@@ -45,29 +43,13 @@ class RepeatGuardStopped(kit.GuardStopped, HookAborted):
 @dataclass(eq=False)
 class Seat:
     """One agent's in-process part: the response being decided (its history message, held so that its identity is
-    not reused), its outcomes, the model call in flight, the executor running."""
+    not reused) and its calls, the next model call decided already, the model call in flight, the executor."""
 
     watch: kit.Stopwatch
     batch: kit.Batch = field(default_factory=kit.Batch)
     response: object = None  # the assistant message (a dict in the executor's history) decided
-    pending: int = 0  # calls of the response not settled yet
-    done: dict[int, Outcome | None] = field(default_factory=dict)  # settled calls' outcomes, by id of their entry
-    recorded: int = 0  # how many of the batch's calls have their outcomes recorded, in the batch's order
     ahead: bool = False  # the next model call was decided when the batch ended
     executor: Any = None
-    tools_checked: bool = False
-
-    def ready(self, *, everything: bool = False) -> list[Outcome]:
-        """The outcomes to record now, in the batch's order (parallel calls finish in any order, and the core's cycle
-        rule reads the order): those no unsettled call precedes; ``everything``: all (the response is over)."""
-        ready, calls = [], self.batch.calls
-        while self.recorded < len(calls) and (everything or id(calls[self.recorded]) in self.done):
-            outcome = self.done.pop(id(calls[self.recorded]), None)
-            ready += [outcome] if outcome is not None else []
-            self.recorded += 1
-        if everything:
-            self.done.clear()
-        return ready
 
 
 @dataclass(eq=False)
